@@ -1,0 +1,58 @@
+"""The device matrix: every behavioural test takes the ``device`` fixture and runs once
+per entry this machine has.
+
+    cpu               CPU tensors, kernels from cpu_backend (OpenMP C++)
+    triton-interpret  CPU tensors, Triton kernels run by Triton's interpreter
+    cuda              GPU tensors, compiled Triton kernels (only where a GPU is present)
+"""
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import tritonfuse  # noqa: E402
+from tritonfuse import config, metrics  # noqa: E402
+
+
+def _cpp_backend_available():
+    try:
+        import cpu_backend  # noqa: F401
+        from cpu_backend.build import find_compiler
+        find_compiler()
+        from tritonfuse.codegen.registry import _backends
+        return "cpu" in _backends
+    except Exception:
+        return False
+
+
+DEVICE_MATRIX = []
+if _cpp_backend_available():
+    DEVICE_MATRIX.append(("cpu", "cpu", "cpp"))
+DEVICE_MATRIX.append(("triton-interpret", "cpu", "triton"))
+if torch.cuda.is_available():
+    DEVICE_MATRIX.append(("cuda", "cuda", None))
+
+_only = os.environ.get("TRITONFUSE_TEST_DEVICES")
+if _only:
+    DEVICE_MATRIX = [entry for entry in DEVICE_MATRIX if entry[0] in _only.split(",")]
+
+
+@pytest.fixture(params=[entry[1:] for entry in DEVICE_MATRIX], ids=[entry[0] for entry in DEVICE_MATRIX])
+def device(request, monkeypatch):
+    device_type, cpu_backend = request.param
+    if cpu_backend is not None:
+        monkeypatch.setattr(config, "cpu_backend", cpu_backend)
+    return device_type
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state(tmp_path_factory, monkeypatch):
+    """Each test starts with fresh dynamo caches and metrics, and its own graph cache."""
+    monkeypatch.setattr(config, "cache_dir", str(tmp_path_factory.getbasetemp() / "tritonfuse_cache"))
+    torch._dynamo.reset()
+    metrics.reset()
+    yield
+    torch._dynamo.reset()

@@ -1,0 +1,103 @@
+"""Reductions over any dims, keepdim, every dtype, and their fused epilogues."""
+import pytest
+import torch
+
+from common import check, kernel_count, rand
+
+SHAPES = {"small_rows": (5, 37), "long_rows": (3, 2500), "3d": (4, 6, 9)}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("op", ["sum", "prod", "amax", "amin", "mean", "argmax", "argmin"])
+def test_reduction_last_dim(device, op, shape):
+    x = rand(*SHAPES[shape], device=device, low=0.5, high=1.5) if op == "prod" else rand(*SHAPES[shape],
+                                                                                             device=device)
+    if op == "prod" and shape == "long_rows":
+        x = x[:, :40]
+    check(lambda a: getattr(torch, op)(a, -1), x, rtol=1e-4 if op == "mean" else None)
+
+
+@pytest.mark.parametrize("dims,keepdim", [((0,), False), ((1,), True), ((0, 2), False), ((0, 1, 2), True),
+                                          ((2, 0), True)])
+def test_sum_over_dims(device, dims, keepdim):
+    x = rand(4, 6, 9, device=device)
+    check(lambda a: (a.sum(dims, keepdim=keepdim), a.amax(dims, keepdim=keepdim)), x, rtol=1e-4, atol=1e-4)
+
+
+def test_full_reductions(device):
+    x = rand(7, 13, device=device)
+    check(lambda a: (a.sum(), a.mean(), a.amax(), a.argmax(), a.argmin(), a.max(), a.min()), x, rtol=1e-4)
+
+
+def test_reductions_on_transposed_and_sliced(device):
+    x = rand(20, 12, device=device).t()
+    y = rand(9, 30, device=device)[1::2, ::3]
+    check(lambda a, b: (a.sum(1), a.sum(0), b.amax(1), b.mean(0), a.argmax(0)), x, y, rtol=1e-4)
+
+
+def test_column_sum_outer_reduction(device):
+    x = rand(300, 17, device=device)
+    check(lambda a: a.sum(0), x, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("correction", [0, 1])
+def test_var_std_mean(device, correction):
+    x = rand(6, 300, device=device) + 100  # offset: naive one-pass variance would lose digits
+    check(lambda a: (torch.var(a, -1, correction=correction), torch.std(a, 0, correction=correction),
+                     torch.var_mean(a, -1, correction=correction, keepdim=True)), x, rtol=1e-4, atol=1e-4)
+
+
+def test_var_mean_long_rows(device):
+    x = rand(3, 3000, device=device)
+    check(lambda a: torch.var_mean(a, dim=-1), x, rtol=1e-4, atol=1e-5)
+
+
+def test_any_all(device):
+    x = rand(5, 8, device=device)
+    check(lambda a: ((a > 2).any(1), (a > -2.9).all(0), (a > 0).any(), a.to(torch.int64).all(1)), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_reductions(device, dtype):
+    x = rand(4, 300, device=device, dtype=dtype)
+    check(lambda a: (a.sum(-1), a.amax(-1), a.mean(0), a.argmax(-1), torch.softmax(a, -1)), x, atol=5e-2, rtol=2e-2)
+
+
+def test_integer_and_bool_sums(device):
+    x = rand(5, 7, device=device, dtype=torch.int64, low=-5, high=5)
+    b = rand(5, 7, device=device, dtype=torch.bool)
+    check(lambda a, m: (a.sum(1), a.amax(0), m.sum(1), a.argmin(1), a.prod(0)), x, b)
+
+
+def test_argmax_ties_and_nans(device):
+    x = torch.tensor([[1.0, 3.0, 3.0, 0.0], [float("nan"), 1.0, float("nan"), 2.0], [-1.0, -1.0, -1.0, -1.0]],
+                     device=device)
+    check(lambda a: (a.argmax(1), a.argmin(1), a.amax(1), a.amin(1)), x)
+
+
+def test_sigmoid_of_sum_is_one_kernel(device):
+    x, y = rand(8, 33, device=device), rand(8, 33, device=device)
+    sources = check(lambda a, b: torch.sigmoid(torch.sum(a + b, dim=1)), x, y)
+    assert kernel_count() == 1
+    if device != "cpu" or "triton" in sources[-1]:
+        assert "fused_add_sum_sigmoid" in "\n".join(sources)
+
+
+@pytest.mark.parametrize("cols", [37, 2000])
+def test_softmax_is_one_kernel(device, cols):
+    x = rand(6, cols, device=device)
+    check(lambda a: torch.softmax(a, -1), x)
+    assert kernel_count() == 1
+
+
+def test_log_softmax_and_layer_norm(device):
+    x = rand(6, 50, device=device)
+    w, b = rand(50, device=device), rand(50, device=device)
+    check(lambda a, w, b: (torch.log_softmax(a, -1), torch.nn.functional.layer_norm(a, (50,), w, b)), x, w, b,
+          atol=1e-4, rtol=1e-4)
+
+
+def test_reduction_epilogue_over_rows(device):
+    x = rand(10, 64, device=device)
+    check(lambda a: a - a.mean(-1, keepdim=True) * 2, x, rtol=1e-4)
+    assert kernel_count() == 1

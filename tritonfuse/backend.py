@@ -1,0 +1,71 @@
+"""The torch.compile entry point: ``torch.compile(fn, backend="tritonfuse")``.
+
+Dynamo hands over an FX graph of torch ops; aot_autograd (with tritonfuse's explicit
+decomposition table) functionalizes it into aten graphs (forward, and backward when
+gradients are needed) and each goes through ``compile_fx.compile_graph``. Mutated inputs
+are written back by aot_autograd's runtime wrapper, as eager would.
+
+Never crash the user's model: if tritonfuse fails on a graph it logs why and runs that
+graph eagerly (aten), which is always correct.
+"""
+import functools
+import itertools
+import logging
+
+import torch
+
+from . import config  # noqa: F401  (the knobs live there)
+
+log = logging.getLogger("tritonfuse")
+_graph_counter = itertools.count()
+
+
+def _has_symbolic_shapes(example_inputs) -> bool:
+    for value in example_inputs:
+        if isinstance(value, torch.SymInt):
+            return True
+        if isinstance(value, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in value.shape):
+            return True
+    return False
+
+
+def _compiler(kind):
+    def compile_fn(gm: torch.fx.GraphModule, example_inputs):
+        from .compile_fx import compile_graph
+        graph_id = f"{kind}_{next(_graph_counter)}"
+        try:
+            return compile_graph(gm, example_inputs, graph_id)
+        except Exception as error:  # never crash the user's model
+            from . import metrics
+            metrics.eager_graphs += 1
+            log.warning("tritonfuse: could not compile %s (%s: %s); running it eagerly", graph_id,
+                        type(error).__name__, error, exc_info=log.isEnabledFor(logging.DEBUG))
+            from torch._functorch.aot_autograd import make_boxed_func
+            return make_boxed_func(gm.forward)
+    return compile_fn
+
+
+def tritonfuse_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    """The Dynamo backend (registered as "tritonfuse" by the package's entry point)."""
+    from torch._dynamo.backends.common import aot_autograd
+    from .decompositions import decomposition_table
+    if _has_symbolic_shapes(example_inputs):
+        log.warning("tritonfuse: dynamic shapes are not supported yet; this graph runs eagerly "
+                    "(compile with dynamic=False)")
+        return gm.forward
+    backend = aot_autograd(
+        fw_compiler=_compiler("forward"),
+        bw_compiler=_compiler("backward"),
+        inference_compiler=_compiler("inference"),
+        decompositions=decomposition_table(),
+        keep_inference_input_mutations=False,
+    )
+    return backend(gm, example_inputs)
+
+
+@functools.lru_cache(None)
+def _register_with_dynamo():
+    """Make backend="tritonfuse" work even when the package's entry point is not installed."""
+    from torch._dynamo.backends.registry import _BACKENDS, register_backend
+    if "tritonfuse" not in _BACKENDS or _BACKENDS.get("tritonfuse") is None:
+        register_backend(name="tritonfuse")(tritonfuse_backend)

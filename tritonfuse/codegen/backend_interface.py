@@ -1,0 +1,27 @@
+"""The narrow interface between the shared scheduler and a code generator."""
+
+
+class BackendScheduling:
+    """One instance per compiled graph and device. A backend decides whether two fused
+    groups may share a kernel (after the scheduler's own legality checks) and turns each
+    group into a kernel definition plus a call in the wrapper."""
+
+    def __init__(self, scheduler, wrapper, graph):
+        self.scheduler = scheduler
+        self.wrapper = wrapper
+        self.graph = graph
+
+    def can_fuse_vertical(self, first, second, merged) -> bool:
+        """``second`` reads what ``first`` writes; ``merged`` is the candidate group."""
+        return True
+
+    def can_fuse_horizontal(self, first, second, merged) -> bool:
+        """``first`` and ``second`` share reads but not each other's results."""
+        return True
+
+    def codegen_node(self, group) -> None:
+        """Emit the kernel for ``group`` (a FusedNode) and its call into the wrapper."""
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        """Called once after every group was generated (e.g. to build batched sources)."""

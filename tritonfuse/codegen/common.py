@@ -1,0 +1,142 @@
+"""Building blocks shared by the code generators: an indented code buffer, a CSE that
+names each distinct expression once, kernel-argument naming, and a sympy printer that
+backends specialize only where their syntax differs."""
+import contextlib
+from dataclasses import dataclass
+
+import sympy
+import torch
+from sympy.printing.str import StrPrinter
+
+from ..sym import FloorDiv, ModularIndexing
+
+
+class IndentedBuffer:
+    def __init__(self, indent: int = 0):
+        self.lines = []
+        self._indent = indent
+
+    def writeline(self, line: str = ""):
+        self.lines.append(("    " * self._indent + line) if line else "")
+
+    def writelines(self, lines):
+        for line in lines:
+            self.writeline(line)
+
+    def splice(self, other: "IndentedBuffer | str"):
+        text = other.getvalue() if isinstance(other, IndentedBuffer) else other
+        for line in text.splitlines():
+            self.writeline(line)
+
+    @contextlib.contextmanager
+    def indent(self, by: int = 1):
+        self._indent += by
+        try:
+            yield
+        finally:
+            self._indent -= by
+
+    def getvalue(self) -> str:
+        return "\n".join(self.lines) + ("\n" if self.lines else "")
+
+    def __bool__(self):
+        return bool(self.lines)
+
+
+@dataclass(eq=False)
+class CSEVariable:
+    """A named value in generated code. ``dtype`` is the logical torch dtype; ``shape``
+    tells backends that care whether the value varies over x only or over x and r."""
+    name: str
+    dtype: torch.dtype
+    over_r: bool = False
+
+    def __str__(self):
+        return self.name
+
+
+class CSE:
+    """Common-subexpression elimination: each distinct expression string gets one name."""
+
+    def __init__(self, prefix: str = "tmp"):
+        self.prefix = prefix
+        self.cache = {}
+        self.counter = 0
+
+    def generate(self, buffer: IndentedBuffer, expr: str, dtype, over_r=False, write=None) -> CSEVariable:
+        if expr in self.cache:
+            return self.cache[expr]
+        var = self.new_var(dtype, over_r)
+        (write or (lambda v, e: buffer.writeline(f"{v} = {e}")))(var, expr)
+        self.cache[expr] = var
+        return var
+
+    def new_var(self, dtype, over_r=False) -> CSEVariable:
+        var = CSEVariable(f"{self.prefix}{self.counter}", dtype, over_r)
+        self.counter += 1
+        return var
+
+    def invalidate(self, keep=lambda var: False):
+        """Forget cached expressions (e.g. when a loop closes and its values go out of scope)."""
+        self.cache = {k: v for k, v in self.cache.items() if keep(v)}
+
+
+class KernelArgs:
+    """Maps buffer names to kernel parameter names: in_ptr0.., out_ptr0.., in_out_ptr0.."""
+
+    def __init__(self):
+        self.inputs = {}
+        self.outputs = {}
+
+    def input(self, name: str) -> str:
+        if name in self.outputs:
+            return self.outputs[name]
+        if name not in self.inputs:
+            self.inputs[name] = f"in_ptr{len(self.inputs)}"
+        return self.inputs[name]
+
+    def output(self, name: str) -> str:
+        if name not in self.outputs:
+            self.outputs[name] = f"out_ptr{len(self.outputs)}"
+        return self.outputs[name]
+
+    def call_order(self):
+        """[(parameter name, buffer name)] in signature order."""
+        return [(p, b) for b, p in self.inputs.items()] + [(p, b) for b, p in self.outputs.items()]
+
+
+class IndexPrinter(StrPrinter):
+    """Prints index expressions by precedence. Backends override ``_print_FloorDiv`` and
+    ``_print_ModularIndexing`` (Triton ``//``, C ``/``)."""
+
+    floordiv_op = "//"
+
+    def _print_FloorDiv(self, expr):
+        base, divisor = expr.args
+        return f"({self.paren(base)} {self.floordiv_op} {self._print(divisor)})"
+
+    def _print_ModularIndexing(self, expr):
+        base, divisor, modulus = expr.args
+        inner = self.paren(base) if divisor == 1 else f"({self.paren(base)} {self.floordiv_op} {self._print(divisor)})"
+        return f"({inner} % {self._print(modulus)})"
+
+    def paren(self, expr):
+        text = self._print(expr)
+        return text if (expr.is_Symbol or expr.is_Integer or isinstance(expr, (FloorDiv, ModularIndexing))) \
+            else f"({text})"
+
+    def _print_Integer(self, expr):
+        return str(int(expr))
+
+    def _print_Symbol(self, expr):
+        return expr.name
+
+    def _print_Pow(self, expr):
+        base, exp = expr.args
+        if exp.is_Integer and int(exp) > 0:
+            return "*".join([self.paren(base)] * int(exp))
+        raise ValueError(f"cannot print {expr} as an index")
+
+
+def sympy_str(expr) -> str:
+    return IndexPrinter().doprint(sympy.sympify(expr))

@@ -1,0 +1,45 @@
+"""Device registry: which Scheduling class generates code for which device type.
+
+    register_backend_for_device("cuda", TritonScheduling)     # done below
+    register_backend_for_device("cpu", CppScheduling)         # done by cpu_backend
+
+``config.cpu_backend == "triton"`` routes CPU tensors to the Triton backend run by
+Triton's interpreter instead of the registered CPU backend.
+"""
+import importlib
+import logging
+
+from .. import config
+
+log = logging.getLogger("tritonfuse")
+_backends = {}
+
+
+def register_backend_for_device(device_type: str, scheduling_cls) -> None:
+    _backends[device_type] = scheduling_cls
+
+
+def get_scheduling_class(device_type: str):
+    if device_type == "cpu":
+        if config.cpu_backend == "triton":
+            from .triton.scheduling import InterpretedTritonScheduling
+            return InterpretedTritonScheduling
+        if "cpu" not in _backends:
+            try:
+                importlib.import_module("cpu_backend")
+            except ImportError as error:
+                log.warning("tritonfuse: cpu_backend unavailable (%s); using the Triton interpreter", error)
+        if "cpu" not in _backends:
+            from .triton.scheduling import InterpretedTritonScheduling
+            return InterpretedTritonScheduling
+    if device_type not in _backends:
+        raise KeyError(f"no tritonfuse backend is registered for device type {device_type!r}")
+    return _backends[device_type]
+
+
+def _register_defaults():
+    from .triton.scheduling import TritonScheduling
+    register_backend_for_device("cuda", TritonScheduling)
+
+
+_register_defaults()

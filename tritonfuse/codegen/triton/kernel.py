@@ -1,0 +1,468 @@
+"""TritonKernel: the ``ops`` handler that turns one fused group into a Triton kernel.
+
+Three shapes of kernel:
+
+    pointwise             1-D blocks of XBLOCK elements
+    persistent_reduction  [XBLOCK, RBLOCK] tiles holding whole rows in registers
+    reduction             [XBLOCK, RBLOCK] tiles looping over the row, accumulators
+                          in registers, one loop per chain of dependent reductions
+
+Values of float16/bfloat16 buffers are loaded as float32 and rounded on store. Buffers
+produced and consumed inside the kernel are never written to memory: a load of one
+returns the value computed earlier in the kernel.
+"""
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import sympy
+import torch
+
+from ... import sym
+from ...dependencies import plan_and_deps
+from ...virtualized import set_ops_handler
+from ..common import CSE, CSEVariable, IndentedBuffer, IndexPrinter, KernelArgs
+from .overrides import TRITON_TYPES
+
+INT32_MAX = 2**31 - 1
+
+
+class TritonPrinter(IndexPrinter):
+    floordiv_op = "//"
+
+
+_printer = TritonPrinter()
+
+
+def texpr(expr) -> str:
+    return _printer.doprint(expr)
+
+
+def triton_constant(value, dtype) -> str:
+    if dtype == torch.bool:
+        return "True" if value else "False"
+    if dtype.is_floating_point:
+        value = float(value)
+        if math.isnan(value):
+            return 'float("nan")'
+        if math.isinf(value):
+            return 'float("inf")' if value > 0 else 'float("-inf")'
+        return repr(value)
+    return str(int(value))
+
+
+REDUCTION_IDENTITY = {"sum": 0, "prod": 1, "any": False, "all": True}
+
+
+def reduction_identity(reduction_type, dtype):
+    if reduction_type in REDUCTION_IDENTITY:
+        return REDUCTION_IDENTITY[reduction_type]
+    if reduction_type in ("max", "argmax"):
+        return float("-inf") if dtype.is_floating_point else torch.iinfo(dtype).min
+    if reduction_type in ("min", "argmin"):
+        return float("inf") if dtype.is_floating_point else torch.iinfo(dtype).max
+    raise ValueError(reduction_type)
+
+
+def compute_dtype(dtype):
+    """The dtype a value of ``dtype`` lives in inside a kernel."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+@dataclass
+class _Segment:
+    """A top-level run of code, or one r-loop with its set-up and finishing code."""
+    loop: bool
+    pre: IndentedBuffer = field(default_factory=lambda: IndentedBuffer(1))
+    body: IndentedBuffer = field(default_factory=lambda: IndentedBuffer(2))
+    post: IndentedBuffer = field(default_factory=lambda: IndentedBuffer(1))
+    deferred_stores: list = field(default_factory=list)
+    cse_snapshot: dict = field(default_factory=dict)
+
+
+class TritonKernel:
+    def __init__(self, group, internal, graph, ops_table, configs, kind):
+        self.group = group
+        self.graph = graph
+        self.ops_table = ops_table
+        self.kind = kind
+        self.x_numel, self.r_numel = group.x_numel, group.r_numel
+        self.looped = kind == "reduction"
+        self.has_r = kind != "pointwise"
+        self.args = KernelArgs()
+        self.cse = CSE("tmp")
+        self.internal = set(internal)
+        self.stored: Dict[str, tuple] = {}     # buffer -> (value, segment id)
+        self.segments: List[_Segment] = [_Segment(loop=False)]
+        self.index_defs: Dict[str, str] = {}  # printed definition -> variable name
+        self.mask_stack: List[str] = []
+        self.indirect_vars: Dict[str, sympy.Symbol] = {}
+        self.acc_counter = 0
+        self.dim_counter = {"x": 0, "r": 0}
+        blocks = [c.kwargs for c in configs]
+        self.needs_xmask = any(self.x_numel % b["XBLOCK"] for b in blocks)
+        if kind == "persistent_reduction":
+            self.needs_rmask = any(self.r_numel != b["RBLOCK"] for b in blocks)
+        else:
+            self.needs_rmask = self.has_r and any(self.r_numel % b["RBLOCK"] for b in blocks)
+        self.use_int64 = self._needs_int64()
+        # per-node state
+        self.plan = None
+        self.node_kind = None
+        self.x_symbols = []
+        self.r_symbols = []
+
+    # ---- planning ---------------------------------------------------------------------
+    def _needs_int64(self):
+        biggest = self.x_numel * self.r_numel
+        for name in self.group.names | self.group.read_names():
+            buffer = self.graph.name_to_buffer.get(name)
+            if buffer is not None:
+                biggest = max(biggest, buffer.layout.storage_size())
+        return biggest > INT32_MAX
+
+    def plan_loops(self, layouts):
+        """Assign each node a segment (looped reductions only): a node that reads a
+        reduction computed in the open loop starts a new loop; x-only nodes run between
+        loops. Buffers that cross loops must go through memory."""
+        assignment, pending, segment, open_loop = [], set(), 0, False
+        for node, _, _, kind in layouts:
+            depends = bool(node.read_names & pending)
+            if kind == "x":
+                if open_loop:
+                    segment, open_loop, pending = segment + 1, False, set()
+            else:
+                if open_loop and depends:
+                    segment, open_loop, pending = segment + 1, False, set()
+                if not open_loop:
+                    segment, open_loop = segment + 1, True
+            assignment.append((segment, open_loop))
+            if node.is_reduction():
+                pending.add(node.name)
+        produced_in = {}
+        for (node, _, _, kind), (seg, _) in zip(layouts, assignment):
+            produced_in[node.name] = (seg, kind)
+        for (node, _, _, _), (seg, _) in zip(layouts, assignment):
+            for name in node.read_names:
+                if name in produced_in:
+                    p_seg, p_kind = produced_in[name]
+                    if p_kind == "xr" and p_seg != seg:
+                        self.internal.discard(name)
+        return assignment
+
+    # ---- driving ----------------------------------------------------------------------
+    def generate(self):
+        layouts = self.group.node_layouts()
+        assignment = self.plan_loops(layouts) if self.looped else [(0, False)] * len(layouts)
+        current = 0
+        for (node, x_sizes, r_sizes, kind), (seg_id, is_loop) in zip(layouts, assignment):
+            while current < seg_id:
+                self._close_segment()
+                self.segments.append(_Segment(loop=is_loop, cse_snapshot=dict(self.cse.cache)))
+                current += 1
+            self._set_node(node, x_sizes, r_sizes, kind)
+            with set_ops_handler(self):
+                if node.is_reduction():
+                    node.buffer.body(self.plan.raw_x, self.plan.raw_r)
+                else:
+                    node.buffer.body(self.plan.raw_x + self.plan.raw_r, [])
+        self._close_segment()
+
+    def _set_node(self, node, x_sizes, r_sizes, kind):
+        self.plan, _, _ = plan_and_deps(node.buffer, x_sizes, r_sizes)
+        self.node_kind = kind
+        self.x_symbols = self._dim_symbols("x", self.plan.x_sizes)
+        self.r_symbols = self._dim_symbols("r", self.plan.r_sizes)
+
+    @property
+    def segment(self) -> _Segment:
+        return self.segments[-1]
+
+    @property
+    def out(self) -> IndentedBuffer:
+        seg = self.segments[-1]
+        return seg.body if seg.loop else seg.pre
+
+    def _close_segment(self):
+        seg = self.segment
+        for emit in seg.deferred_stores:
+            emit(seg.post)
+        if seg.loop:
+            # values computed inside the loop go out of scope; reduction results live on
+            finished = {k: v for k, v in self.cse.cache.items() if k.startswith("reduction:")}
+            self.cse.cache = dict(seg.cse_snapshot, **finished)
+            self.index_defs = {k: v for k, v in self.index_defs.items() if not v.startswith("r")}
+
+    # ---- index helpers ----------------------------------------------------------------
+    def _dim_symbols(self, prefix, sizes):
+        """Kernel-level variables for the dims of one node: x0 = xindex % 128 ..."""
+        flat = sympy.Symbol(f"{prefix}index", integer=True, nonnegative=True)
+        if len(sizes) <= 1:
+            return [flat] * len(sizes)
+        symbols = []
+        for expr in sym.unflatten(flat, sizes):
+            definition = texpr(expr)
+            name = self.index_defs.get(definition)
+            if name is None:
+                name = f"{prefix}{self.dim_counter[prefix]}"
+                self.dim_counter[prefix] += 1
+                self.index_defs[definition] = name
+                target = self.out if prefix == "r" else self.segments[0].pre
+                target.writeline(f"{name} = {definition}")
+            symbols.append(sympy.Symbol(name, integer=True, nonnegative=True))
+        return symbols
+
+    def kernel_index(self, index) -> sympy.Expr:
+        """A node-level index (raw loop variables) as an expression of kernel variables."""
+        canonical = self.plan.remap(index)
+        mapping = {}
+        for i, s in enumerate(self.x_symbols):
+            mapping[sympy.Symbol(f"x{i}", integer=True, nonnegative=True)] = s
+        for i, s in enumerate(self.r_symbols):
+            mapping[sympy.Symbol(f"r{i}", integer=True, nonnegative=True)] = s
+        return canonical.xreplace(mapping)
+
+    def _pointer_offset(self, index) -> str:
+        """The index as printed; a block of it when it depends on no block variable."""
+        text = texpr(index)
+        if not any(s.name.startswith(("x", "r", "tmp")) for s in index.free_symbols):
+            if not self.has_r:
+                shape = "[XBLOCK]"
+            else:
+                shape = "[XBLOCK, RBLOCK]" if self.node_kind == "xr" else "[XBLOCK, 1]"
+            text = f"{text} + tl.zeros({shape}, tl.int32)"
+        return text
+
+    def _mask_for(self, index) -> Optional[str]:
+        parts = []
+        uses_r = self.node_kind in ("xr", "reduction") and any(s.name.startswith("r") for s in index.free_symbols)
+        if self.needs_xmask:
+            parts.append("xmask")
+        if self.needs_rmask and uses_r:
+            parts.append("rmask")
+        parts.extend(self.mask_stack)
+        return " & ".join(parts) if parts else None
+
+    def _value_over_r(self):
+        return self.node_kind in ("xr", "reduction") and self.has_r
+
+    # ---- ops: memory ------------------------------------------------------------------
+    def load(self, name, index):
+        if name in self.stored:
+            value, seg_id, in_loop = self.stored[name]
+            if seg_id == len(self.segments) - 1 or not in_loop:
+                return value
+        buffer = self.graph.name_to_buffer[name]
+        dtype = buffer.get_dtype()
+        pointer = self.args.input(name)
+        index = self.kernel_index(index)
+        mask = self._mask_for(index)
+        expr = f"tl.load({pointer} + ({self._pointer_offset(index)})"
+        expr += f", {mask}, other=0)" if mask else ")"
+        if dtype in (torch.float16, torch.bfloat16):
+            expr += ".to(tl.float32)"
+        elif dtype == torch.bool:
+            expr += ".to(tl.int1)"
+        over_r = self._value_over_r() and any(s.name.startswith("r") for s in index.free_symbols)
+        return self.cse.generate(self.out, expr, dtype, over_r=over_r or self._value_over_r())
+
+    def store(self, name, index, value):
+        self.stored[name] = (value, len(self.segments) - 1, self.segment.loop)
+        if name in self.internal:
+            return
+        pointer = self.args.output(name)
+        index = self.kernel_index(index)
+        mask = self._mask_for(index)
+        line = f"tl.store({pointer} + ({self._pointer_offset(index)}), {value}" + (f", {mask})" if mask else ")")
+        self.out.writeline(line)
+
+    def store_reduction(self, name, index, value):
+        self.stored[name] = (value, len(self.segments) - 1, False)
+        if name in self.internal:
+            return
+        pointer = self.args.output(name)
+        index = self.kernel_index(index)
+        mask = "xmask" if self.needs_xmask else None
+        line = f"tl.store({pointer} + ({self._pointer_offset(index)}), {value}" + (f", {mask})" if mask else ")")
+        if self.looped:
+            self.segment.deferred_stores.append(lambda buf, line=line: buf.writeline(line))
+        else:
+            self.out.writeline(line)
+
+    def index_expr(self, index, dtype):
+        index = self.kernel_index(index)
+        if index.is_Integer:
+            return self.constant(int(index), dtype)
+        text = texpr(index)
+        if not index.free_symbols:
+            return self.constant(int(index), dtype)
+        expr = f"({text}).to({TRITON_TYPES[dtype]})" if dtype != torch.int32 else f"({text})"
+        return self.cse.generate(self.out, expr, dtype, over_r=self._value_over_r())
+
+    def indirect_indexing(self, value, size):
+        size = sym.to_int(size)
+        wrapped = self.cse.generate(self.out, f"tl.where({value} < 0, {value} + {size}, {value})", torch.int64,
+                                    over_r=value.over_r if isinstance(value, CSEVariable) else False)
+        mask = " & ".join(["xmask"] * self.needs_xmask + self.mask_stack)
+        in_bounds = f"(0 <= {wrapped}) & ({wrapped} < {size})"
+        condition = f"{in_bounds} | ~({mask})" if mask else in_bounds
+        self.out.writeline(f'tl.device_assert({condition}, "index out of bounds: 0 <= {wrapped} < {size}")')
+        return sympy.Symbol(wrapped.name, integer=True)
+
+    def masked(self, mask, body, other):
+        self.mask_stack.append(str(mask))
+        try:
+            value = body()
+        finally:
+            self.mask_stack.pop()
+        dtype = value.dtype if isinstance(value, CSEVariable) else torch.float32
+        other_text = triton_constant(other, compute_dtype(dtype))
+        return self.cse.generate(self.out, f"tl.where({mask}, {value}, {other_text})", dtype,
+                                 over_r=getattr(value, "over_r", False))
+
+    # ---- ops: values ------------------------------------------------------------------
+    def constant(self, value, dtype):
+        return Constant(triton_constant(value, compute_dtype(dtype)), dtype, value=value)
+
+    def to_dtype(self, value, dtype):
+        source = value.dtype
+        if source == dtype:
+            return value
+        if isinstance(value, Constant):
+            return self.constant(_cast_python(value.value, dtype), dtype)
+        if compute_dtype(source) == compute_dtype(dtype):
+            return CSEVariable(value.name, dtype, value.over_r)
+        if dtype == torch.bool:
+            expr = f"({value} != 0)"
+        else:
+            expr = f"({value}).to({TRITON_TYPES[compute_dtype(dtype)]})"
+        return self.cse.generate(self.out, expr, dtype, over_r=value.over_r)
+
+    def __getattr__(self, name):
+        template = self.ops_table.get(name)
+        if template is None:
+            raise AttributeError(f"the Triton backend has no op {name!r}")
+
+        def emit(*operands):
+            dtype = _result_dtype(name, operands)
+            text = template.format(*[str(o) for o in operands])
+            over_r = any(getattr(o, "over_r", False) for o in operands)
+            return self.cse.generate(self.out, text, dtype, over_r=over_r)
+        return emit
+
+    # ---- ops: reductions --------------------------------------------------------------
+    def reduction(self, dtype, src_dtype, reduction_type, value):
+        key = f"reduction:{reduction_type}:{value}"
+        if key in self.cse.cache:
+            return self.cse.cache[key]
+        acc_dtype = compute_dtype(src_dtype)
+        identity = triton_constant(reduction_identity(reduction_type, acc_dtype), acc_dtype)
+        ttype = TRITON_TYPES[acc_dtype]
+        mask = " & ".join((["xmask"] if self.needs_xmask else []) + (["rmask"] if self.needs_rmask else []))
+        value_text = f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])"
+        if reduction_type in ("any", "all"):
+            value_text = f"tl.broadcast_to(({value}) != 0, [XBLOCK, RBLOCK])"
+        result_dtype = torch.int64 if reduction_type in ("argmax", "argmin") else dtype
+        if self.looped:
+            result = self._looped_reduction(reduction_type, value_text, mask, identity, ttype, result_dtype)
+        else:
+            result = self._persistent_reduction(reduction_type, value_text, mask, identity, result_dtype)
+        self.cse.cache[key] = result
+        return result
+
+    def _persistent_reduction(self, reduction_type, value_text, mask, identity, result_dtype):
+        masked = self.cse.generate(self.out, f"tl.where({mask}, {value_text}, {identity})" if mask else value_text,
+                                   result_dtype, over_r=True)
+        final = _FINAL_REDUCE[reduction_type].format(value=masked, index="rindex")
+        return self.cse.generate(self.out, f"{final}[:, None]", result_dtype, over_r=False)
+
+    def _looped_reduction(self, reduction_type, value_text, mask, identity, ttype, result_dtype):
+        seg = self.segment
+        acc = f"_acc{self.acc_counter}"
+        self.acc_counter += 1
+        acc_type = "tl.int1" if reduction_type in ("any", "all") else ttype
+        seg.pre.writeline(f"{acc} = tl.full([XBLOCK, RBLOCK], {identity}, {acc_type})")
+        value = self.cse.generate(self.out, value_text, result_dtype, over_r=True)
+        keep = mask if mask else None
+        if reduction_type in ("argmax", "argmin"):
+            seg.pre.writeline(f"{acc}_index = tl.full([XBLOCK, RBLOCK], {INT32_MAX}, tl.int32)")
+            better = f"tf_helpers.{reduction_type}_better({value}, rindex, {acc}, {acc}_index)"
+            if keep:
+                better = f"({better}) & ({keep})"
+            self.out.writeline(f"{acc}_take = {better}")
+            self.out.writeline(f"{acc} = tl.where({acc}_take, {value}, {acc})")
+            self.out.writeline(f"{acc}_index = tl.where({acc}_take, rindex, {acc}_index)")
+            final = f"tf_helpers.{reduction_type}({acc}, {acc}_index, 1)"
+        else:
+            combined = _COMBINE[reduction_type].format(acc=acc, value=value)
+            if keep:
+                combined = f"tl.where({keep}, {combined}, {acc})"
+            self.out.writeline(f"{acc} = {combined}")
+            final = _FINAL_REDUCE[reduction_type].format(value=acc, index="rindex")
+        result = self.cse.new_var(result_dtype, over_r=False)
+        seg.post.writeline(f"{result} = {final}[:, None]")
+        return result
+
+    # ---- assembling -------------------------------------------------------------------
+    def body_lines(self) -> IndentedBuffer:
+        code = IndentedBuffer(0)
+        for seg in self.segments:
+            code.splice(seg.pre)
+            if seg.loop:
+                code.writeline("    for roffset in range(0, rnumel, RBLOCK):")
+                code.writeline("        rindex = roffset + rbase")
+                if self.needs_rmask:
+                    code.writeline("        rmask = rindex < rnumel")
+                code.splice(seg.body)
+            code.splice(seg.post)
+        return code
+
+
+@dataclass(eq=False)
+class Constant(CSEVariable):
+    """A literal; ``value`` is the python number it prints."""
+    value: object = 0
+
+
+def _cast_python(value, dtype):
+    if dtype == torch.bool:
+        return bool(value)
+    if dtype.is_floating_point:
+        return float(value)
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        raise ValueError("non-finite value cast to an integer dtype")
+    return int(value)
+
+
+def _result_dtype(op_name, operands):
+    from ...ops_table import BOOL, PRIMITIVES
+    spec = PRIMITIVES[op_name]
+    if spec.result == BOOL:
+        return torch.bool
+    if op_name == "where":
+        return operands[1].dtype if isinstance(operands[1], CSEVariable) else operands[2].dtype
+    for operand in operands:
+        if isinstance(operand, CSEVariable):
+            return operand.dtype
+    return torch.float32
+
+
+_COMBINE = {
+    "sum": "{acc} + {value}",
+    "prod": "{acc} * {value}",
+    "max": "tf_helpers.maximum({acc}, {value})",
+    "min": "tf_helpers.minimum({acc}, {value})",
+    "any": "{acc} | {value}",
+    "all": "{acc} & {value}",
+}
+
+_FINAL_REDUCE = {
+    "sum": "tl.sum({value}, 1)",
+    "prod": "tf_helpers.prod({value}, 1)",
+    "max": "tf_helpers.max2({value}, 1)",
+    "min": "tf_helpers.min2({value}, 1)",
+    "any": "tf_helpers.any({value}, 1)",
+    "all": "tf_helpers.all({value}, 1)",
+    "argmax": "tf_helpers.argmax({value}, tl.broadcast_to({index}, {value}.shape), 1)",
+    "argmin": "tf_helpers.argmin({value}, tl.broadcast_to({index}, {value}.shape), 1)",
+}

@@ -1,0 +1,74 @@
+"""How the Triton backend spells each primitive of the op table. Values of float16 and
+bfloat16 tensors are computed in float32 (loads upcast, stores round), so math here
+sees float32, float64, integers and bools only."""
+import torch
+
+TRITON_TYPES = {
+    torch.float32: "tl.float32", torch.float64: "tl.float64", torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16", torch.int8: "tl.int8", torch.int16: "tl.int16", torch.int32: "tl.int32",
+    torch.int64: "tl.int64", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+
+# {0}, {1}, {2} are the operands.
+TRITON_OPS = {
+    "neg": "-{0}",
+    "abs": "tl.abs({0})",
+    "exp": "tl.exp({0})",
+    "exp2": "tl.exp2({0})",
+    "expm1": "libdevice.expm1({0})",
+    "log": "tl.log({0})",
+    "log2": "tl.log2({0})",
+    "log1p": "libdevice.log1p({0})",
+    "sqrt": "tl.sqrt_rn({0})",
+    "rsqrt": "libdevice.rsqrt({0})",
+    "sin": "tl.sin({0})",
+    "cos": "tl.cos({0})",
+    "tan": "libdevice.tan({0})",
+    "tanh": "libdevice.tanh({0})",
+    "sigmoid": "tl.sigmoid({0})",
+    "erf": "tl.erf({0})",
+    "floor": "tl.floor({0})",
+    "ceil": "tl.ceil({0})",
+    "trunc": "libdevice.trunc({0})",
+    "round": "libdevice.nearbyint({0})",
+    "reciprocal": "(1.0 / {0})",
+    "bitwise_not": "~{0}",
+    "add": "{0} + {1}",
+    "sub": "{0} - {1}",
+    "mul": "{0} * {1}",
+    "truediv": "{0} / {1}",
+    "truncdiv": "{0} // {1}",
+    "mod": "{0} % {1}",
+    "pow": "libdevice.pow({0}, {1})",
+    "maximum": "tf_helpers.maximum({0}, {1})",
+    "minimum": "tf_helpers.minimum({0}, {1})",
+    "bitwise_and": "{0} & {1}",
+    "bitwise_or": "{0} | {1}",
+    "bitwise_xor": "{0} ^ {1}",
+    "lshift": "{0} << {1}",
+    "rshift": "{0} >> {1}",
+    "isnan": "({0} != {0})",
+    "logical_not": "({0} == 0)",
+    "eq": "{0} == {1}",
+    "ne": "{0} != {1}",
+    "lt": "{0} < {1}",
+    "le": "{0} <= {1}",
+    "gt": "{0} > {1}",
+    "ge": "{0} >= {1}",
+    "logical_and": "{0} & {1}",
+    "logical_or": "{0} | {1}",
+    "where": "tl.where({0}, {1}, {2})",
+}
+
+# Triton's interpreter has no libdevice: these ops use the pure-tl versions in tf_helpers.
+INTERPRETER_OPS = dict(
+    TRITON_OPS,
+    expm1="tf_helpers.expm1({0})",
+    log1p="tf_helpers.log1p({0})",
+    rsqrt="tf_helpers.rsqrt({0})",
+    tan="tf_helpers.tan({0})",
+    tanh="tf_helpers.tanh({0})",
+    trunc="tf_helpers.trunc({0})",
+    round="tf_helpers.nearbyint({0})",
+    pow="tf_helpers.pow({0}, {1})",
+)

@@ -1,0 +1,95 @@
+"""TritonScheduling: the Triton backend's side of the scheduler interface.
+
+Registered for "cuda" (compiled kernels) and, through ``InterpretedTritonScheduling``,
+for "cpu" tensors when ``config.cpu_backend == "triton"`` (Triton's interpreter).
+"""
+import os
+
+import jinja2
+import sympy
+
+from ... import config, metrics
+from ...dependencies import plan_and_deps
+from ...runtime.heuristics import candidate_configs, is_persistent_reduction_ok
+from ..backend_interface import BackendScheduling
+from .kernel import TritonKernel
+from .overrides import INTERPRETER_OPS, TRITON_OPS
+
+_templates = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
+    trim_blocks=True, lstrip_blocks=False, keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
+)
+
+
+class TritonScheduling(BackendScheduling):
+    ops_table = TRITON_OPS
+    use_libdevice = True
+    launcher_device = "cuda"
+
+    def can_fuse_vertical(self, first, second, merged) -> bool:
+        return True
+
+    def can_fuse_horizontal(self, first, second, merged) -> bool:
+        return True
+
+    def codegen_node(self, group) -> None:
+        kind, numels = self._kind(group)
+        hint = self._reduction_hint(group) if kind != "pointwise" else None
+        configs = candidate_configs(kind, numels, config.autotune, hint=hint)
+        internal = self.scheduler.internal_buffers(group)
+        kernel = TritonKernel(group, internal, self.graph, self.ops_table, configs, kind)
+        kernel.generate()
+        prefix = {"pointwise": "triton_poi", "persistent_reduction": "triton_per", "reduction": "triton_red"}[kind]
+        name = self.wrapper.kernel_name(prefix, group.origins)
+        call_args = kernel.args.call_order()
+        signature = [param for param, _ in call_args] + ["xnumel"] + (["rnumel"] if kind != "pointwise" else [])
+        signature += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if kind != "pointwise" else [])
+        source = _templates.get_template("kernel.py.j2").render(
+            name=name, kind=kind, signature=", ".join(signature), x_numel=group.x_numel, r_numel=group.r_numel,
+            origins=", ".join(group.origins), int64=kernel.use_int64, needs_xmask=kernel.needs_xmask,
+            needs_rmask=kernel.needs_rmask, use_libdevice=self.use_libdevice,
+            reads=", ".join(kernel.args.inputs) or "-", writes=", ".join(kernel.args.outputs) or "-",
+            body=kernel.body_lines().getvalue().rstrip(),
+        )
+        n_inputs = len(kernel.args.inputs)
+        mutated = list(range(n_inputs, n_inputs + len(kernel.args.outputs)))
+        self.wrapper.define_triton_kernel(name, source, kind, numels, configs, mutated, self.launcher_device, hint)
+        buffers = [buffer for _, buffer in call_args]
+        self.wrapper.allocate_outputs(group, internal)
+        numel_args = [str(group.x_numel)] + ([str(group.r_numel)] if kind != "pointwise" else [])
+        self.wrapper.writeline(f"{name}.run({', '.join(buffers + numel_args)})")
+        metrics.record_kernel(name)
+
+    @staticmethod
+    def _kind(group):
+        if group.r_numel == 1:
+            return "pointwise", {"x": group.x_numel}
+        numels = {"x": group.x_numel, "r": group.r_numel}
+        return ("persistent_reduction" if is_persistent_reduction_ok(numels) else "reduction"), numels
+
+    @staticmethod
+    def _reduction_hint(group):
+        """"outer" when the reductions read memory that is contiguous along x, not r."""
+        for node, x_sizes, r_sizes, kind in group.node_layouts():
+            if kind != "reduction":
+                continue
+            plan, reads, _ = plan_and_deps(node.buffer, x_sizes, r_sizes)
+            if not plan.r_sizes or not plan.x_sizes:
+                continue
+            r_last = sympy.Symbol(f"r{len(plan.r_sizes) - 1}", integer=True, nonnegative=True)
+            x_last = sympy.Symbol(f"x{len(plan.x_sizes) - 1}", integer=True, nonnegative=True)
+            for dep in reads:
+                if sympy.diff(dep.index, x_last) == 1 and sympy.diff(dep.index, r_last) != 1:
+                    return "outer"
+            return "inner"
+        return None
+
+
+class InterpretedTritonScheduling(TritonScheduling):
+    """Triton kernels on CPU tensors, run by Triton's interpreter (how CI tests them)."""
+    ops_table = INTERPRETER_OPS
+    use_libdevice = False
+    launcher_device = "cpu"
+
+
+

@@ -1,0 +1,159 @@
+"""WrapperCodeGen: the generated host code of one compiled graph.
+
+It is a Python module with the kernels defined at the top and one ``call(args)``
+function that allocates buffers (empty_strided), launches kernels, calls fallbacks,
+frees each buffer after its last use and returns the outputs with eager's layouts.
+"""
+import math
+
+import torch
+
+from .. import sym
+from ..ir import Buffer, ReinterpretView
+from .common import IndentedBuffer
+
+
+def _shape(values):
+    return "(" + "".join(f"{v}, " for v in values) + ")"
+
+
+def py_literal(value) -> str:
+    """Python source for a fallback argument."""
+    if isinstance(value, Buffer):
+        return value.name
+    if isinstance(value, ReinterpretView):
+        layout = value.layout
+        return (f"reinterpret_tensor({value.buffer.name}, {_shape(layout.int_size())}, "
+                f"{_shape(layout.int_stride())}, {sym.to_int(layout.offset)})")
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(py_literal(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return 'float("nan")'
+        if math.isinf(value):
+            return 'float("inf")' if value > 0 else 'float("-inf")'
+        return repr(value)
+    if isinstance(value, torch.device):
+        return f"torch.device({str(value)!r})"
+    if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
+        return str(value)
+    if isinstance(value, (bool, int, str)) or value is None:
+        return repr(value)
+    raise NotImplementedError(f"cannot pass {type(value).__name__} to a fallback")
+
+
+class WrapperCodeGen:
+    def __init__(self, graph):
+        self.graph = graph
+        self.kernel_defs = IndentedBuffer()
+        self.body = IndentedBuffer(1)
+        self.kernel_sources = []
+        self.kernel_count = 0
+        self.allocated = set()
+        self.module_imports = set()
+
+    # ---- used by backends -------------------------------------------------------------
+    def kernel_name(self, prefix, origins) -> str:
+        parts = [o for o in origins if o][:6]
+        name = f"{prefix}_fused_{'_'.join(parts)}_{self.kernel_count}" if parts else f"{prefix}_{self.kernel_count}"
+        self.kernel_count += 1
+        return name
+
+    def writeline(self, line: str):
+        self.body.writeline(line)
+
+    def add_kernel_source(self, source: str):
+        self.kernel_sources.append(source)
+
+    def define_triton_kernel(self, name, source, kind, numels, configs, mutated, device_type, hint):
+        self.add_kernel_source(source)
+        configs_text = ", ".join(f"Config.from_dict({c.to_dict()!r})" for c in configs)
+        self.kernel_defs.writeline(f"{name} = TritonLauncher(")
+        with self.kernel_defs.indent():
+            self.kernel_defs.writeline(f"name={name!r}, kind={kind!r}, numels={numels!r}, "
+                                       f"mutated_arg_indices={mutated!r}, device_type={device_type!r},")
+            self.kernel_defs.writeline(f"reduction_hint={hint!r}, configs=[{configs_text}],")
+            self.kernel_defs.writeline(f"source='''")
+        for line in source.rstrip().splitlines():
+            self.kernel_defs.lines.append(line.replace("\\", "\\\\").replace("'''", "\\'\\'\\'"))
+        self.kernel_defs.lines.append("''')")
+        self.kernel_defs.writeline("")
+        self.module_imports.add("triton")
+
+    def define_raw(self, text: str):
+        """Module-level code a backend needs (e.g. a loaded C++ library)."""
+        self.kernel_defs.splice(text)
+
+    def allocate(self, buffer):
+        if buffer.name in self.allocated:
+            return
+        self.allocated.add(buffer.name)
+        layout = buffer.layout
+        self.writeline(f"{buffer.name} = empty_strided({_shape(layout.int_size())}, {_shape(layout.int_stride())}, "
+                       f"device={str(layout.device)!r}, dtype={layout.dtype})")
+
+    def allocate_outputs(self, group, internal):
+        for node in sorted(group.nodes, key=lambda n: n.position):
+            if node.name not in internal:
+                self.allocate(node.buffer)
+
+    # ---- driven by the compile pipeline -----------------------------------------------
+    def codegen_fallback(self, node):
+        kernel = node.kernel
+        args = ", ".join(py_literal(a) for a in kernel.args)
+        kwargs = ", ".join(f"{k}={py_literal(v)}" for k, v in kernel.kwargs.items())
+        call = f"torch.ops.{kernel.op}({', '.join(p for p in (args, kwargs) if p)})"
+        self.writeline(f"# fallback: {kernel.op} ({kernel.reason})")
+        if not kernel.outputs:
+            self.writeline(call)
+            return
+        if len(kernel.outputs) == 1 and kernel.outputs[0].path == ():
+            self.writeline(f"{kernel.outputs[0].name} = {call}")
+        else:
+            self.writeline(f"{kernel.name}_result = {call}")
+            for out in kernel.outputs:
+                picks = "".join(f"[{i}]" for i in out.path)
+                self.writeline(f"{out.name} = {kernel.name}_result{picks}")
+            self.writeline(f"del {kernel.name}_result")
+        for out in kernel.outputs:
+            self.allocated.add(out.name)
+
+    def free(self, names):
+        names = sorted(n for n in names if n in self.allocated)
+        if names:
+            self.writeline(f"del {', '.join(names)}")
+
+    def generate(self) -> str:
+        graph = self.graph
+        code = IndentedBuffer()
+        code.writeline(f"# tritonfuse generated code for {graph.graph_id}")
+        code.writeline("import torch")
+        code.writeline("from tritonfuse.runtime.wrapper_helpers import empty_strided, ensure_layout, reinterpret_tensor")
+        if "triton" in self.module_imports:
+            code.writeline("from tritonfuse.runtime.heuristics import Config")
+            code.writeline("from tritonfuse.runtime.triton_launcher import TritonLauncher")
+        code.writeline("")
+        code.splice(self.kernel_defs)
+        code.writeline("")
+        code.writeline("def call(args):")
+        with code.indent():
+            names = list(graph.input_order)
+            if names:
+                code.writeline(f"{', '.join(names)}, = args")
+            code.writeline("args.clear()")
+            for name in names:
+                layout = graph.graph_inputs[name].layout
+                code.writeline(f"{name} = ensure_layout({name}, {_shape(layout.int_size())}, "
+                               f"{_shape(layout.int_stride())})")
+            for name in graph.constants:
+                code.writeline(f"{name} = CONSTANTS[{name!r}]")
+        code.splice(self.body)
+        with code.indent():
+            code.writeline(f"return {_shape(self._output_exprs())}")
+        return code.getvalue()
+
+    def _output_exprs(self):
+        return [py_literal(out) for out in self.graph.outputs]
+
+

@@ -1,0 +1,165 @@
+"""Compile one aten graph: the pipeline of DESIGN.md as a flat list of named passes.
+
+    lower      GraphLowering: aten ops -> IR buffers, views, fallbacks
+    schedule   Scheduler: nodes, dependencies, fusion, order
+    codegen    each fused group -> the backend registered for its device; fallbacks and
+               buffer frees -> the wrapper
+    load       write the module (cached on disk by graph key) and import it
+"""
+import json
+import logging
+import os
+import tempfile
+import time
+
+import torch
+
+from . import code_cache, config, metrics
+from .codegen.registry import get_scheduling_class
+from .codegen.wrapper import WrapperCodeGen
+from .graph import GraphLowering
+from .scheduler import FallbackNode, Scheduler
+
+log = logging.getLogger("tritonfuse")
+
+# the last compiled modules' sources, for tritonfuse.testing.run_and_get_code
+recent_sources = []
+
+
+class CompiledGraph:
+    """The callable handed back to aot_autograd (boxed: takes the list of inputs).
+
+    Triton compiles kernels at their first launch: if the first call fails inside
+    generated code, the graph runs eagerly from then on (logged), so a compiler bug
+    never crashes the user's model."""
+    _boxed_call = True
+
+    def __init__(self, module, path, eager_fn=None):
+        self.module = module
+        self.path = path
+        self.call = module.call
+        self.eager_fn = eager_fn
+        self.first_call = True
+
+    def __call__(self, args):
+        if not self.first_call:
+            return list(self.call(args))
+        saved = list(args)
+        try:
+            result = list(self.call(args))
+        except Exception as error:
+            if self.eager_fn is None:
+                raise
+            log.warning("tritonfuse: generated code %s failed on its first call (%s: %s); running the graph "
+                        "eagerly", self.path, type(error).__name__, error)
+            metrics.eager_graphs += 1
+            self.call = lambda inputs: self.eager_fn(*inputs)
+            result = list(self.call(saved))
+        self.first_call = False
+        return result
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, graph_id="graph") -> CompiledGraph:
+    has_constants = any(n.op == "get_attr" for n in gm.graph.nodes)
+    key = code_cache.graph_key(gm, example_inputs)
+    use_cache = config.graph_cache and not has_constants
+    if use_cache:
+        compiled = _load_cached(key, gm)
+        if compiled is not None:
+            return compiled
+
+    started = time.perf_counter()
+    graph = lower(gm, example_inputs, graph_id)
+    scheduler = schedule(graph)
+    source, kernel_sources, kernel_names = codegen(graph, scheduler)
+    meta = {"kernels": kernel_names, "fallbacks": {k: v for k, v in metrics.fallbacks.items()}}
+    if use_cache:
+        path = code_cache.write_module(key, source)
+        with open(path[:-3] + ".json", "w") as handle:
+            json.dump(meta, handle)
+    else:
+        fd, path = tempfile.mkstemp(suffix=".py", prefix="tritonfuse_")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(source)
+    module = code_cache.load_module(path, {"CONSTANTS": graph.constants} if graph.constants else None)
+    recent_sources.append([source] + kernel_sources)
+    _debug_dump(graph_id, source, kernel_sources, kernel_names)
+    log.debug("tritonfuse: compiled %s in %.2fs (%d kernels)", graph_id, time.perf_counter() - started,
+              len(kernel_names))
+    return CompiledGraph(module, path, gm.forward)
+
+
+def lower(gm, example_inputs, graph_id) -> GraphLowering:
+    graph = GraphLowering(gm, example_inputs, graph_id)
+    graph.run(*example_inputs)
+    return graph
+
+
+def schedule(graph) -> Scheduler:
+    wrapper = WrapperCodeGen(graph)
+    backends = {}
+
+    def backend_for_device(device):
+        if device.type not in backends:
+            backends[device.type] = get_scheduling_class(device.type)(None, wrapper, graph)
+        return backends[device.type]
+
+    scheduler = Scheduler(graph, backend_for_device)
+    for group in scheduler.groups:  # every device with a kernel gets its backend
+        if not isinstance(group, FallbackNode):
+            backend_for_device(group.device)
+    for backend in backends.values():
+        backend.scheduler = scheduler
+    scheduler.backends = backends
+    scheduler.wrapper = wrapper
+    return scheduler
+
+
+def codegen(graph, scheduler):
+    wrapper = scheduler.wrapper
+    last_use = scheduler.last_uses()
+    keep = scheduler.output_names | set(graph.graph_inputs) | set(graph.constants)
+    names_before = len(metrics.generated_kernels)
+    for i, group in enumerate(scheduler.groups):
+        if isinstance(group, FallbackNode):
+            wrapper.codegen_fallback(group)
+        elif group.x_numel * group.r_numel == 0:
+            wrapper.allocate_outputs(group, set())
+        else:
+            scheduler.backends[group.device.type].codegen_node(group)
+        dead = [name for name, last in last_use.items() if last == i and name not in keep]
+        wrapper.free(dead)
+    for backend in scheduler.backends.values():
+        backend.flush()
+    return wrapper.generate(), wrapper.kernel_sources, metrics.generated_kernels[names_before:]
+
+
+def _load_cached(key, gm):
+    path = code_cache.module_path(key)
+    if not os.path.exists(path):
+        return None
+    try:
+        module = code_cache.load_module(path)
+        with open(path[:-3] + ".json") as handle:
+            meta = json.load(handle)
+    except Exception as error:  # a corrupt or foreign file: regenerate
+        log.warning("tritonfuse: ignoring unreadable cached graph %s (%s)", path, error)
+        return None
+    metrics.graph_cache_hits += 1
+    metrics.fallbacks.update(meta.get("fallbacks", {}))
+    with open(path) as handle:
+        recent_sources.append([handle.read()])
+    return CompiledGraph(module, path, gm.forward)
+
+
+def _debug_dump(graph_id, source, kernel_sources, kernel_names):
+    if not config.debug:
+        return
+    folder = tempfile.mkdtemp(prefix=f"tritonfuse_debug_{graph_id}_")
+    with open(os.path.join(folder, "wrapper.py"), "w") as handle:
+        handle.write(source)
+    for name, kernel in zip(kernel_names, kernel_sources):
+        ext = ".cpp" if kernel.lstrip().startswith(("//", "#include", "extern")) else ".py"
+        with open(os.path.join(folder, name + ext), "w") as handle:
+            handle.write(kernel)
+    print(f"tritonfuse: generated code for {graph_id} written to {folder}")

@@ -1,0 +1,37 @@
+"""The explicit decomposition table handed to aot_autograd: composite aten ops that are
+rewritten into the primitives tritonfuse lowers (softmax -> amax/sub/exp/sum/div, layer
+norm -> var_mean and pointwise math, GELU/SiLU and their backwards, ...). Ops left out
+either have a lowering of their own or run as aten fallbacks (mm, convolution, sort...)."""
+import torch
+from torch._decomp import get_decompositions
+
+aten = torch.ops.aten
+
+DECOMPOSED_OPS = [
+    # normalizations and softmax
+    "_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "logsumexp",
+    "native_layer_norm", "native_layer_norm_backward", "native_group_norm", "native_group_norm_backward",
+    "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training", "native_batch_norm_backward",
+    "rms_norm", "_fused_rms_norm", "linalg_vector_norm", "norm", "std_mean", "aminmax",
+    # activations and their backwards
+    "gelu", "gelu_backward", "silu", "silu_backward", "sigmoid_backward", "tanh_backward", "threshold_backward",
+    "leaky_relu", "leaky_relu_backward", "hardtanh", "hardtanh_backward", "elu", "elu_backward",
+    "hardsigmoid", "hardsigmoid_backward", "hardswish", "hardswish_backward", "softplus", "softplus_backward",
+    "mish", "mish_backward", "log_sigmoid_forward", "log_sigmoid_backward", "logit", "xlogy",
+    # losses
+    "mse_loss", "mse_loss_backward", "smooth_l1_loss", "huber_loss", "nll_loss_forward", "nll_loss2d_forward",
+    "binary_cross_entropy", "binary_cross_entropy_backward", "binary_cross_entropy_with_logits",
+    # pointwise composites
+    "rsub", "addcmul", "addcdiv", "lerp", "masked_fill", "frac", "deg2rad", "rad2deg", "square",
+    # views, gathers and scatters expressible as views/where/cat
+    "index_select", "split", "split_with_sizes", "unbind", "narrow", "stack", "hstack", "vstack", "repeat",
+    "roll", "expand_as", "slice_backward", "select_backward", "slice_scatter", "select_scatter",
+    "diagonal_backward",
+    # small linear algebra into mul + sum (large matmuls stay aten fallbacks)
+    "dot", "addmv", "baddbmm", "trace",
+]
+
+
+def decomposition_table():
+    ops = [getattr(aten, name) for name in DECOMPOSED_OPS if hasattr(aten, name)]
+    return get_decompositions(ops)

@@ -1,0 +1,158 @@
+"""Read and write sets of a computed buffer, and the simplified loop nest it runs in.
+
+The body runs under a recording ``ops`` handler with symbolic loop variables ``x0, x1..``
+(kept dims) and ``r0, ..`` (reduced dims). Adjacent dimensions that every access walks
+as one (stride of the outer == size * stride of the inner) are merged, so a contiguous
+4-d pointwise op becomes one flat loop and two nodes that iterate the same memory in
+differently shaped loops still see equal indices.
+"""
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+import sympy
+
+from . import sym
+from .virtualized import set_ops_handler
+
+
+@dataclass(frozen=True)
+class MemoryDep:
+    """One access: buffer ``name`` at ``index``, a sympy expression over the canonical
+    loop variables of a loop nest with sizes ``x_sizes`` x ``r_sizes``."""
+    name: str
+    index: sympy.Expr
+    x_sizes: Tuple[sympy.Expr, ...]
+    r_sizes: Tuple[sympy.Expr, ...]
+    indirect: bool = False
+
+
+@dataclass
+class LoopPlan:
+    """The merged loop nest of one node. ``remap(expr)`` rewrites an index over the raw
+    variables into the canonical variables x0.. (over x_sizes) and r0.. (over r_sizes)."""
+    x_sizes: List[sympy.Expr]
+    r_sizes: List[sympy.Expr]
+    raw_x: List[sympy.Symbol]
+    raw_r: List[sympy.Symbol]
+    substitution: Dict[sympy.Symbol, sympy.Expr]
+
+    def remap(self, expr):
+        return sympy.expand(sympy.sympify(expr).xreplace(self.substitution))
+
+
+class _Recorder:
+    def __init__(self):
+        self.loads = []
+        self.stores = []
+        self._indirect = 0
+
+    def load(self, name, index):
+        self.loads.append((name, index))
+        return "value"
+
+    def store(self, name, index, value):
+        self.stores.append((name, index))
+
+    def store_reduction(self, name, index, value):
+        self.stores.append((name, index))
+
+    def index_expr(self, index, dtype):
+        self.loads.append((None, index))
+        return "value"
+
+    def indirect_indexing(self, value, size):
+        self._indirect += 1
+        return sympy.Symbol(f"indirect{self._indirect}", integer=True)
+
+    def masked(self, mask, body, other):
+        return body()
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: "value"
+
+
+def split_sizes(sizes, x_numel):
+    """Split a pointwise iteration space ``sizes`` into (x sizes, r sizes) whose x part
+    multiplies to ``x_numel``; None when no split point exists."""
+    acc = 1
+    for j in range(len(sizes) + 1):
+        if acc == x_numel:
+            return list(sizes[:j]), list(sizes[j:])
+        if j < len(sizes):
+            acc *= sym.to_int(sizes[j])
+    return None
+
+
+def _mergeable(exprs, outer, inner, inner_size):
+    for expr in exprs:
+        if not (expr.has(outer) or expr.has(inner)):
+            continue
+        a, b = sympy.diff(expr, outer), sympy.diff(expr, inner)
+        if a.has(outer) or a.has(inner) or b.has(outer) or b.has(inner):
+            return False
+        if sympy.expand(a - b * inner_size) != 0:
+            return False
+    return True
+
+
+def _merge_dims(exprs, variables, sizes):
+    """Greedy right-to-left merge. Returns (sizes, surviving vars, substitution)."""
+    variables, sizes = list(variables), [sym.sint(s) for s in sizes]
+    substitution = {}
+    for i, (v, s) in enumerate(zip(list(variables), list(sizes))):
+        if s == 1:
+            substitution[v] = sympy.Integer(0)
+    keep = [i for i, s in enumerate(sizes) if s != 1]
+    variables = [variables[i] for i in keep]
+    sizes = [sizes[i] for i in keep]
+    exprs = [e.xreplace(substitution) for e in exprs]
+    i = len(variables) - 2
+    while i >= 0:
+        outer, inner = variables[i], variables[i + 1]
+        if _mergeable(exprs, outer, inner, sizes[i + 1]):
+            substitution[outer] = sympy.Integer(0)
+            exprs = [sympy.expand(e.xreplace({outer: sympy.Integer(0)})) for e in exprs]
+            sizes[i + 1] = sizes[i] * sizes[i + 1]
+            del variables[i], sizes[i]
+        i -= 1
+    return sizes, variables, substitution
+
+
+def plan_and_deps(buffer, x_sizes, r_sizes):
+    """(LoopPlan, reads, write) of ``buffer`` iterated as ``x_sizes`` x ``r_sizes``.
+
+    For a pointwise buffer fused into a reduction kernel the caller passes its iteration
+    sizes split in two, so that its variables line up with the kernel's."""
+    raw_x = sym.index_vars("x", len(x_sizes))
+    raw_r = sym.index_vars("r", len(r_sizes))
+    recorder = _Recorder()
+    with set_ops_handler(recorder):
+        if buffer.is_reduction():
+            buffer.body(raw_x, raw_r)
+        else:
+            buffer.body(raw_x + raw_r, [])
+    exprs = [sympy.expand(index) for _, index in recorder.loads + recorder.stores]
+    new_x, x_vars, x_subs = _merge_dims(exprs, raw_x, x_sizes)
+    new_r, r_vars, r_subs = _merge_dims(exprs, raw_r, r_sizes)
+    canonical_x = sym.index_vars("x", len(x_vars))
+    canonical_r = sym.index_vars("r", len(r_vars))
+    substitution = {**x_subs, **r_subs}
+    rename = dict(zip(x_vars + r_vars, canonical_x + canonical_r))
+    # compose: raw -> (0 | surviving raw) -> canonical
+    full = {v: sympy.sympify(substitution.get(v, v)).xreplace(rename) for v in raw_x + raw_r}
+    plan = LoopPlan(new_x, new_r, raw_x, raw_r, full)
+    xs, rs = tuple(new_x), tuple(new_r)
+    reads = []
+    for name, index in recorder.loads:
+        if name is None:
+            continue
+        indirect = any(s.name.startswith("indirect") for s in index.free_symbols)
+        reads.append(MemoryDep(name, plan.remap(index), xs, rs, indirect))
+    (store_name, store_index), = recorder.stores
+    write = MemoryDep(store_name, plan.remap(store_index), xs, rs)
+    return plan, reads, write
+
+
+def extract_deps(buffer, x_sizes, r_sizes):
+    _, reads, write = plan_and_deps(buffer, x_sizes, r_sizes)
+    return reads, write

@@ -1,0 +1,229 @@
+"""GraphLowering: runs an aten FX graph through the lowerings to build the IR.
+
+Ops without a lowering, or whose lowering declines (``Unsupported``), become
+``FallbackKernel``s that call the aten op at run time; each is logged once with its
+reason and recorded in ``tritonfuse.metrics.fallbacks``.
+"""
+import logging
+import operator
+
+import sympy
+import torch
+import torch.fx
+
+from . import metrics, sym
+from .config import realize_loads_threshold, realize_reads_threshold
+from .ir import (
+    Buffer, ComputedBuffer, FallbackKernel, FallbackOutput, InputBuffer, Layout, Pointwise, StorageBox,
+    TensorBox, as_strided_buffer, storage_of, strided_layout_of,
+)
+from .lowering import Unsupported, lowerings
+
+log = logging.getLogger("tritonfuse")
+aten = torch.ops.aten
+_logged_fallbacks = set()
+_current = None
+
+
+def current_graph() -> "GraphLowering":
+    assert _current is not None, "no graph is being lowered"
+    return _current
+
+
+class GraphLowering(torch.fx.Interpreter):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, graph_id: str = "graph"):
+        super().__init__(gm)
+        self.example_inputs = example_inputs
+        self.graph_id = graph_id
+        self.buffers = []            # ComputedBuffer and FallbackOutput, in creation order
+        self.operations = []         # ComputedBuffer and FallbackKernel: the order they run in
+        self.fallback_kernels = []
+        self.graph_inputs = {}       # name -> InputBuffer
+        self.input_order = []        # placeholder names in call order
+        self.constants = {}          # name -> tensor
+        self.outputs = []            # IR buffers / views, in output order
+        self.name_to_buffer = {}
+        self.current_node = None
+        self._placeholder_index = 0
+
+    # ---- names and registration -----------------------------------------------------
+    def register_buffer(self, buffer: Buffer) -> str:
+        buffer.name = f"buf{len(self.buffers)}"
+        self.buffers.append(buffer)
+        self.name_to_buffer[buffer.name] = buffer
+        if isinstance(buffer, ComputedBuffer):
+            self.operations.append(buffer)
+        return buffer.name
+
+    def get_dtype(self, name: str) -> torch.dtype:
+        return self.name_to_buffer[name].get_dtype()
+
+    # ---- fx.Interpreter hooks -------------------------------------------------------
+    def run(self, *args):
+        global _current
+        previous, _current = _current, self
+        try:
+            return super().run(*args)
+        finally:
+            _current = previous
+
+    def placeholder(self, target, args, kwargs):
+        example = self.example_inputs[self._placeholder_index]
+        self._placeholder_index += 1
+        if not isinstance(example, torch.Tensor):
+            raise Unsupported(f"non-tensor graph input {type(example).__name__}")
+        name = f"arg{len(self.input_order)}"
+        buffer = self._make_input(name, example)
+        self.graph_inputs[name] = buffer
+        self.input_order.append(name)
+        return TensorBox(StorageBox(buffer))
+
+    def get_attr(self, target, args, kwargs):
+        value = getattr(self.module, target)
+        if not isinstance(value, torch.Tensor):
+            return value
+        name = f"const{len(self.constants)}"
+        self.constants[name] = value
+        buffer = self._make_input(name, value)
+        return TensorBox(StorageBox(buffer))
+
+    def _make_input(self, name, tensor):
+        layout = Layout(tensor.device, tensor.dtype, [sympy.Integer(s) for s in tensor.shape],
+                        [sympy.Integer(s) for s in tensor.stride()])
+        buffer = InputBuffer(name, layout)
+        buffer.storage_offset = tensor.storage_offset()
+        self.name_to_buffer[name] = buffer
+        return buffer
+
+    def call_function(self, target, args, kwargs):
+        if target is operator.getitem:
+            return args[0][args[1]]
+        lowering = lowerings.get(target)
+        reason = None
+        if lowering is None:
+            reason = "no lowering"
+        else:
+            try:
+                return lowering(*args, **kwargs)
+            except Unsupported as error:
+                reason = str(error)
+        return self.make_fallback(target, args, kwargs, reason)
+
+    def run_node(self, node):
+        self.current_node = node
+        result = super().run_node(node)
+        if isinstance(result, TensorBox) and len(node.users) > 1:
+            self._maybe_realize_reused(result, len(node.users))
+        return result
+
+    def output(self, target, args, kwargs):
+        results = args[0]
+        metas = [n.meta.get("val") if isinstance(n, torch.fx.Node) else None for n in self.current_node.args[0]]
+        for value, meta in zip(results, metas):
+            self.outputs.append(self._realize_output(value, meta))
+        return results
+
+    # ---- realization rules ----------------------------------------------------------
+    def _maybe_realize_reused(self, value: TensorBox, users: int):
+        box = storage_of(value)
+        if box is None or box.is_realized() or not isinstance(box.data, Pointwise):
+            return
+        if users > realize_reads_threshold or count_loads(box.data) > realize_loads_threshold:
+            box.realize()
+
+    def _realize_output(self, value, meta):
+        if value is None or not isinstance(value, TensorBox):
+            return value
+        want_stride = list(meta.stride()) if isinstance(meta, torch.Tensor) else None
+        box = storage_of(value)
+        if box is not None and not box.is_realized():
+            layout = None
+            if want_stride is not None and _is_dense(list(meta.shape), want_stride):
+                layout = Layout(value.get_device(), value.get_dtype(), [sympy.Integer(s) for s in meta.shape],
+                                [sympy.Integer(s) for s in want_stride])
+            return box.realize(layout)
+        layout = strided_layout_of(value)
+        if layout is not None and (want_stride is None or list(layout.int_stride()) == want_stride
+                                   or sym.to_int(layout.numel()) <= 1):
+            return as_strided_buffer(value)
+        # a view with other strides than eager's: copy it into eager's layout
+        target = Layout(value.get_device(), value.get_dtype(), [sympy.Integer(s) for s in meta.shape],
+                        [sympy.Integer(s) for s in want_stride])
+        if not _is_dense(list(meta.shape), want_stride):
+            target = Layout.contiguous(value.get_device(), value.get_dtype(), meta.shape)
+        copy = StorageBox(Pointwise(value.get_device(), value.get_dtype(), value.make_loader(),
+                                    list(value.get_size()), origins=("clone",)))
+        return copy.realize(target)
+
+    # ---- fallbacks ------------------------------------------------------------------
+    def make_fallback(self, target, args, kwargs, reason):
+        op_name = str(target)
+        if op_name not in _logged_fallbacks:
+            _logged_fallbacks.add(op_name)
+            log.info("tritonfuse: %s runs as an aten fallback (%s)", op_name, reason)
+        metrics.fallbacks[op_name] = reason
+
+        def to_ir(value):
+            if isinstance(value, TensorBox):
+                return as_strided_buffer(value)
+            if isinstance(value, (list, tuple)):
+                return type(value)(to_ir(v) for v in value)
+            return value
+
+        kernel = FallbackKernel(name=f"fallback{len(self.fallback_kernels)}", op=target,
+                                args=to_ir(tuple(args)), kwargs={k: to_ir(v) for k, v in kwargs.items()},
+                                reason=reason)
+        self.fallback_kernels.append(kernel)
+        self.operations.append(kernel)
+        meta = self.current_node.meta.get("val")
+        return self._fallback_outputs(kernel, meta, ())
+
+    def _fallback_outputs(self, kernel, meta, path):
+        if isinstance(meta, torch.Tensor):
+            layout = Layout(meta.device, meta.dtype, [sympy.Integer(s) for s in meta.shape],
+                            [sympy.Integer(s) for s in meta.stride()])
+            output = FallbackOutput(name=None, layout=layout, kernel=kernel, path=path)
+            self.register_buffer(output)
+            kernel.outputs.append(output)
+            return TensorBox(StorageBox(output))
+        if isinstance(meta, (list, tuple)):
+            return type(meta)(self._fallback_outputs(kernel, m, path + (i,)) for i, m in enumerate(meta))
+        return meta
+
+
+def _is_dense(size, stride):
+    """True when the strides describe a non-overlapping, gap-free permutation of dims."""
+    pairs = sorted((st, sz) for sz, st in zip(size, stride) if sz != 1)
+    expected = 1
+    for st, sz in pairs:
+        if st != expected:
+            return False
+        expected *= sz
+    return True
+
+
+class _LoadCounter:
+    def __init__(self):
+        self.loads = 0
+
+    def load(self, name, index):
+        self.loads += 1
+        return "v"
+
+    def indirect_indexing(self, value, size):
+        return sympy.Symbol("indirect", integer=True)
+
+    def masked(self, mask, body, other):
+        return body()
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: "v"
+
+
+def count_loads(pointwise: Pointwise) -> int:
+    from .virtualized import set_ops_handler
+    counter = _LoadCounter()
+    with set_ops_handler(counter):
+        pointwise.inner_fn(sym.index_vars("i", len(pointwise.ranges)))
+    return counter.loads
+

@@ -1,0 +1,370 @@
+"""The loop-level IR.
+
+A lowered value is a ``TensorBox`` whose data is a ``StorageBox`` (owning a computation or
+a buffer) or a view of another value. A computation is ``Pointwise`` or ``Reduction``: an
+``inner_fn`` closure from sympy indices to an ``ops`` value, plus its ranges. Realizing a
+``StorageBox`` turns its computation into a ``ComputedBuffer`` that the scheduler sees.
+
+    TensorBox ─► StorageBox ─► Pointwise | Reduction          (not yet materialized)
+                             └► ComputedBuffer | InputBuffer | FallbackOutput
+              ─► ReinterpretView(buffer, layout)               (strided view, no data moved)
+              ─► GenericView(value, size, reindex)             (any index remapping)
+"""
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional
+
+import sympy
+import torch
+
+from . import sym
+from .virtualized import ops
+
+
+@dataclass
+class Layout:
+    device: torch.device
+    dtype: torch.dtype
+    size: List[sympy.Expr]
+    stride: List[sympy.Expr]
+    offset: sympy.Expr = sympy.Integer(0)
+
+    @staticmethod
+    def contiguous(device, dtype, size) -> "Layout":
+        size = [sym.sint(s) for s in size]
+        return Layout(device, dtype, size, sym.contiguous_strides(size))
+
+    def index(self, indices) -> sympy.Expr:
+        assert len(indices) == len(self.size), (indices, self.size)
+        expr = self.offset
+        for idx, size, stride in zip(indices, self.size, self.stride):
+            if size != 1:
+                expr = expr + idx * stride
+        return expr
+
+    def numel(self) -> sympy.Expr:
+        return sym.product(self.size)
+
+    def is_contiguous(self) -> bool:
+        expected = sym.contiguous_strides(self.size)
+        return self.offset == 0 and all(
+            s == 1 or st == ex for s, st, ex in zip(self.size, self.stride, expected)
+        )
+
+    def storage_size(self) -> int:
+        """Elements of storage the layout touches (offset included)."""
+        if any(s == 0 for s in self.size):
+            return 0
+        return sym.to_int(self.offset + sum((s - 1) * st for s, st in zip(self.size, self.stride)) + 1)
+
+    def int_size(self):
+        return tuple(sym.to_int(s) for s in self.size)
+
+    def int_stride(self):
+        return tuple(sym.to_int(s) for s in self.stride)
+
+
+class IRNode:
+    def get_size(self) -> List[sympy.Expr]:
+        raise NotImplementedError
+
+    def get_dtype(self) -> torch.dtype:
+        raise NotImplementedError
+
+    def get_device(self) -> torch.device:
+        raise NotImplementedError
+
+    def make_loader(self) -> Callable:
+        raise NotImplementedError
+
+    def numel(self) -> sympy.Expr:
+        return sym.product(self.get_size())
+
+
+# ---- computations ---------------------------------------------------------------------
+
+@dataclass
+class Loops(IRNode):
+    device: torch.device
+    dtype: torch.dtype
+    inner_fn: Callable
+    ranges: List[sympy.Expr]
+    origins: tuple = ()   # names of the aten ops this computation came from
+
+    def get_size(self):
+        return self.ranges
+
+    def get_dtype(self):
+        return self.dtype
+
+    def get_device(self):
+        return self.device
+
+
+class Pointwise(Loops):
+    def make_loader(self):
+        return self.inner_fn
+
+
+@dataclass
+class Reduction(Loops):
+    reduction_ranges: List[sympy.Expr] = field(default_factory=list)
+    reduction_type: str = "sum"
+    src_dtype: torch.dtype = torch.float32
+
+    def make_loader(self):
+        raise AssertionError("reductions are realized before anyone reads them")
+
+
+# ---- buffers --------------------------------------------------------------------------
+
+@dataclass
+class Buffer(IRNode):
+    name: str
+    layout: Layout
+
+    def get_size(self):
+        return self.layout.size
+
+    def get_dtype(self):
+        return self.layout.dtype
+
+    def get_device(self):
+        return self.layout.device
+
+    def make_loader(self):
+        name, layout = self.name, self.layout
+
+        def loader(index):
+            return ops.load(name, layout.index(index))
+        return loader
+
+
+class InputBuffer(Buffer):
+    """A graph input (placeholder) or a constant tensor of the graph."""
+
+
+@dataclass
+class ComputedBuffer(Buffer):
+    data: Loops = None
+
+    def is_reduction(self) -> bool:
+        return isinstance(self.data, Reduction)
+
+    def iteration_sizes(self):
+        """(x sizes, r sizes) of the loop nest that computes this buffer."""
+        if isinstance(self.data, Reduction):
+            return list(self.data.ranges), list(self.data.reduction_ranges)
+        return list(self.data.ranges), []
+
+    def body(self, xvars, rvars):
+        """Run the computation for one point of the loop nest through ``ops``."""
+        data = self.data
+        if isinstance(data, Reduction):
+            value = data.inner_fn(xvars, rvars)
+            reduced = ops.reduction(data.dtype, data.src_dtype, data.reduction_type, value)
+            ops.store_reduction(self.name, self.layout.index(xvars), reduced)
+        else:
+            ops.store(self.name, self.layout.index(xvars), data.inner_fn(xvars))
+
+
+@dataclass
+class FallbackKernel:
+    """An aten op run as-is inside the compiled graph. ``args``/``kwargs`` hold IR values
+    (realized to buffers or strided views) wherever the op takes tensors."""
+    name: str
+    op: object
+    args: tuple
+    kwargs: dict
+    outputs: list = field(default_factory=list)   # FallbackOutput, in result order
+    reason: str = ""
+
+    def input_buffers(self):
+        found = []
+
+        def visit(value):
+            if isinstance(value, (list, tuple)):
+                for item in value:
+                    visit(item)
+            elif isinstance(value, Buffer):
+                found.append(value.name)
+            elif isinstance(value, ReinterpretView):
+                found.append(value.buffer.name)
+        visit(self.args)
+        visit(list(self.kwargs.values()))
+        return found
+
+
+@dataclass
+class FallbackOutput(Buffer):
+    kernel: FallbackKernel = None
+    path: tuple = ()      # how to pick this tensor out of the op's result, e.g. (0,)
+
+
+# ---- views ----------------------------------------------------------------------------
+
+@dataclass
+class ReinterpretView(IRNode):
+    """A buffer seen through another strided layout (transpose, slice, expand...)."""
+    buffer: Buffer
+    layout: Layout
+
+    def get_size(self):
+        return self.layout.size
+
+    def get_dtype(self):
+        return self.layout.dtype
+
+    def get_device(self):
+        return self.layout.device
+
+    def make_loader(self):
+        name, layout = self.buffer.name, self.layout
+
+        def loader(index):
+            return ops.load(name, layout.index(index))
+        return loader
+
+
+@dataclass
+class GenericView(IRNode):
+    """Any index remapping over an unrealized value: ``out[i] = data[reindex(i)]``."""
+    data: IRNode
+    size: List[sympy.Expr]
+    reindex: Callable
+
+    def get_size(self):
+        return self.size
+
+    def get_dtype(self):
+        return self.data.get_dtype()
+
+    def get_device(self):
+        return self.data.get_device()
+
+    def make_loader(self):
+        inner, reindex = self.data.make_loader(), self.reindex
+
+        def loader(index):
+            return inner(reindex(index))
+        return loader
+
+
+# ---- boxes ----------------------------------------------------------------------------
+
+class StorageBox(IRNode):
+    """Owns one computation or buffer; realizing it materializes the computation."""
+
+    def __init__(self, data):
+        self.data = data
+        self.num_reads = 0
+
+    def get_size(self):
+        return self.data.get_size()
+
+    def get_dtype(self):
+        return self.data.get_dtype()
+
+    def get_device(self):
+        return self.data.get_device()
+
+    def make_loader(self):
+        self.num_reads += 1
+        return self.data.make_loader()
+
+    def is_realized(self) -> bool:
+        return isinstance(self.data, Buffer)
+
+    def realize(self, layout: Optional[Layout] = None) -> Buffer:
+        if isinstance(self.data, Buffer):
+            return self.data
+        from .graph import current_graph
+        data = self.data
+        if layout is None:
+            layout = Layout.contiguous(data.get_device(), data.get_dtype(), data.get_size())
+        buffer = ComputedBuffer(name=None, layout=layout, data=data)
+        current_graph().register_buffer(buffer)
+        self.data = buffer
+        return buffer
+
+
+class TensorBox(IRNode):
+    def __init__(self, data):
+        self.data = data
+
+    @staticmethod
+    def create(data) -> "TensorBox":
+        return TensorBox(StorageBox(data))
+
+    def get_size(self):
+        return self.data.get_size()
+
+    def get_dtype(self):
+        return self.data.get_dtype()
+
+    def get_device(self):
+        return self.data.get_device()
+
+    def make_loader(self):
+        return self.data.make_loader()
+
+    def __repr__(self):
+        return f"TensorBox({type(self.data).__name__}, size={self.get_size()}, dtype={self.get_dtype()})"
+
+
+def origins_of(values) -> tuple:
+    """The aten ops folded into these (unrealized) values, in order, without repeats."""
+    found = []
+
+    def visit(value):
+        if isinstance(value, TensorBox):
+            visit(value.data)
+        elif isinstance(value, StorageBox):
+            if isinstance(value.data, Loops):
+                found.extend(value.data.origins)
+        elif isinstance(value, GenericView):
+            visit(value.data)
+    for value in values:
+        visit(value)
+    return tuple(dict.fromkeys(o for o in found if o))
+
+
+def storage_of(value: IRNode) -> Optional[StorageBox]:
+    data = value.data if isinstance(value, TensorBox) else value
+    return data if isinstance(data, StorageBox) else None
+
+
+def realize(value: IRNode) -> None:
+    box = storage_of(value)
+    if box is not None:
+        box.realize()
+
+
+def as_strided_buffer(value: IRNode):
+    """A buffer or strided view holding ``value`` (realizing or copying as needed)."""
+    data = value.data if isinstance(value, TensorBox) else value
+    if isinstance(data, StorageBox):
+        return data.realize()
+    if isinstance(data, ReinterpretView):
+        return data
+    # a generic view: copy it into a fresh contiguous buffer
+    box = StorageBox(Pointwise(data.get_device(), data.get_dtype(), data.make_loader(), list(data.get_size())))
+    return box.realize()
+
+
+def strided_layout_of(value: IRNode) -> Optional[Layout]:
+    """The layout of ``value`` if it is a realized buffer or a strided view of one."""
+    data = value.data if isinstance(value, TensorBox) else value
+    if isinstance(data, StorageBox) and data.is_realized():
+        return data.data.layout
+    if isinstance(data, ReinterpretView):
+        return data.layout
+    return None
+
+
+def buffer_of(value: IRNode) -> Optional[Buffer]:
+    data = value.data if isinstance(value, TensorBox) else value
+    if isinstance(data, StorageBox) and data.is_realized():
+        return data.data
+    if isinstance(data, ReinterpretView):
+        return data.buffer
+    return None

@@ -1,0 +1,241 @@
+"""Reductions: sum, prod, amax, amin, argmax, argmin, any, all, mean, var, std, var_mean.
+
+Every reduction is realized as soon as it is built: its result is a buffer that the
+scheduler can fuse with its producer (as a prologue) and its consumers (as an epilogue).
+var/std are computed two-pass (mean, then the mean of squared deviations): exact, and
+free of extra memory traffic in a persistent reduction, where the row sits in registers.
+"""
+import sympy
+import torch
+
+from .. import sym
+from ..ir import Pointwise, Reduction, StorageBox, TensorBox, origins_of
+from ..virtualized import ops
+from .registry import SUPPORTED_DTYPES, Unsupported, aten, register_lowering
+from .views import view
+
+
+def _reduction_dims(x, dims):
+    ndim = len(x.get_size())
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(ndim))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({d + ndim if d < 0 else d for d in dims})
+
+
+def _accumulate_dtype(dtype):
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def make_reduction(x: TensorBox, dims, keepdim, reduction_type, result_dtype, src_dtype, value_fn=None,
+                   origin=None):
+    """Reduce ``x`` over ``dims``; ``value_fn(value, kept_index)`` may transform each element."""
+    if x.get_dtype() not in SUPPORTED_DTYPES:
+        raise Unsupported(f"dtype {x.get_dtype()}")
+    size = list(x.get_size())
+    ndim = len(size)
+    dims = _reduction_dims(x, dims)
+    kept = [d for d in range(ndim) if d not in dims]
+    ranges = [size[d] for d in kept]
+    reduction_ranges = [size[d] for d in dims]
+    if sym.to_int(sym.product(reduction_ranges)) == 0:
+        raise Unsupported("reduction over an empty dimension")
+    if sym.to_int(sym.product(ranges)) == 0:
+        raise Unsupported("reduction producing an empty tensor")
+    loader = x.make_loader()
+    source_dtype = x.get_dtype()
+
+    def inner_fn(index, rindex):
+        full = [None] * ndim
+        for d, i in zip(kept, index):
+            full[d] = i
+        for d, r in zip(dims, rindex):
+            full[d] = r
+        value = loader(full)
+        if source_dtype != src_dtype:
+            value = ops.to_dtype(value, src_dtype)
+        if value_fn is not None:
+            value = value_fn(value, index)
+        return value
+
+    origins = tuple(dict.fromkeys(origins_of([x]) + (origin or reduction_type,)))
+    reduction = Reduction(x.get_device(), result_dtype, inner_fn, ranges, origins=origins,
+                          reduction_ranges=reduction_ranges, reduction_type=reduction_type, src_dtype=src_dtype)
+    box = StorageBox(reduction)
+    box.realize()
+    result = TensorBox(box)
+    if keepdim:
+        result = view(result, [sympy.Integer(1) if d in dims else size[d] for d in range(ndim)])
+    return result
+
+
+def _map(x: TensorBox, fn, dtype, origin):
+    loader = x.make_loader()
+    origins = tuple(dict.fromkeys(origins_of([x]) + (origin,)))
+    return TensorBox.create(Pointwise(x.get_device(), dtype, lambda idx: fn(loader(idx)), list(x.get_size()),
+                                      origins=origins))
+
+
+@register_lowering(aten.sum)
+def sum_(x, dim=None, keepdim=False, dtype=None):
+    source = dtype or x.get_dtype()
+    if dtype is None and (source == torch.bool or not source.is_floating_point):
+        source = torch.int64
+    acc = _accumulate_dtype(source)
+    result = make_reduction(x, dim, keepdim, "sum", acc, acc, origin="sum")
+    return result if acc == source else _map(result, lambda v: ops.to_dtype(v, source), source, "sum")
+
+
+@register_lowering(aten.prod)
+def prod(x, dim=None, keepdim=False, dtype=None):
+    source = dtype or x.get_dtype()
+    if dtype is None and (source == torch.bool or not source.is_floating_point):
+        source = torch.int64
+    acc = _accumulate_dtype(source)
+    result = make_reduction(x, dim, keepdim, "prod", acc, acc, origin="prod")
+    return result if acc == source else _map(result, lambda v: ops.to_dtype(v, source), source, "prod")
+
+
+def _extremum(reduction_type):
+    def lowering(x, dim=None, keepdim=False):
+        dtype = x.get_dtype()
+        if dtype == torch.bool:
+            kind = "any" if reduction_type == "max" else "all"
+            return make_reduction(x, dim, keepdim, kind, torch.bool, torch.bool, origin=f"a{reduction_type}")
+        acc = _accumulate_dtype(dtype)
+        result = make_reduction(x, dim, keepdim, reduction_type, acc, acc, origin=f"a{reduction_type}")
+        return result if acc == dtype else _map(result, lambda v: ops.to_dtype(v, dtype), dtype, reduction_type)
+    return lowering
+
+
+register_lowering(aten.amax)(_extremum("max"))
+register_lowering(aten.amin)(_extremum("min"))
+
+
+def _arg_extremum(reduction_type):
+    def lowering(x, dim=None, keepdim=False):
+        if dim is None:
+            flat = view(x, [sym.to_int(x.numel())])
+            result = make_reduction(flat, [0], False, reduction_type, torch.int64, _accumulate_dtype(x.get_dtype()),
+                                    origin=reduction_type)
+            if keepdim:
+                result = view(result, [1] * len(x.get_size()))
+            return result
+        return make_reduction(x, [dim], keepdim, reduction_type, torch.int64, _accumulate_dtype(x.get_dtype()),
+                              origin=reduction_type)
+    return lowering
+
+
+register_lowering(aten.argmax)(_arg_extremum("argmax"))
+register_lowering(aten.argmin)(_arg_extremum("argmin"))
+
+
+@register_lowering(aten.max.dim)
+def max_dim(x, dim, keepdim=False):
+    return _extremum("max")(x, [dim], keepdim), _arg_extremum("argmax")(x, dim, keepdim)
+
+
+@register_lowering(aten.min.dim)
+def min_dim(x, dim, keepdim=False):
+    return _extremum("min")(x, [dim], keepdim), _arg_extremum("argmin")(x, dim, keepdim)
+
+
+@register_lowering(aten.max.default)
+def max_all(x):
+    return _extremum("max")(x, None, False)
+
+
+@register_lowering(aten.min.default)
+def min_all(x):
+    return _extremum("min")(x, None, False)
+
+
+def _boolean(reduction_type):
+    def lowering(x, dim=None, keepdim=False):
+        dtype = x.get_dtype()
+        as_bool = None if dtype == torch.bool else (lambda v, idx: ops.ne(v, ops.constant(0, dtype)))
+        result = make_reduction(x, dim, keepdim, reduction_type, torch.bool, dtype if as_bool else torch.bool,
+                                value_fn=as_bool, origin=reduction_type)
+        if dtype == torch.uint8:
+            return _map(result, lambda v: ops.to_dtype(v, torch.uint8), torch.uint8, reduction_type)
+        return result
+    return lowering
+
+
+register_lowering(aten.any)(_boolean("any"))
+register_lowering(aten.all)(_boolean("all"))
+
+
+def _count(x, dims):
+    size = x.get_size()
+    return sym.to_int(sym.product([size[d] for d in _reduction_dims(x, dims)]))
+
+
+@register_lowering(aten.mean)
+def mean(x, dim=None, keepdim=False, dtype=None):
+    out_dtype = dtype or x.get_dtype()
+    if not out_dtype.is_floating_point:
+        raise Unsupported("mean of an integer tensor")
+    acc = _accumulate_dtype(out_dtype)
+    total = make_reduction(x, dim, keepdim, "sum", acc, acc, origin="mean")
+    count = _count(x, dim)
+    return _map(total, lambda v: ops.to_dtype(ops.truediv(v, ops.constant(count, acc)), out_dtype), out_dtype,
+                "mean")
+
+
+def _var_mean(x, dim, correction, keepdim):
+    dtype = x.get_dtype()
+    if not dtype.is_floating_point:
+        raise Unsupported("var of an integer tensor")
+    acc = _accumulate_dtype(dtype)
+    count = _count(x, dim)
+    correction = 1 if correction is None else correction
+    mean_value = mean(x, dim, True, acc)           # keepdim, accumulation precision
+    mean_loader = mean_value.make_loader()
+    ndim = len(x.get_size())
+    dims = _reduction_dims(x, dim)
+    kept = [d for d in range(ndim) if d not in dims]
+
+    def squared_deviation(value, index):
+        full = [sympy.Integer(0)] * ndim
+        for d, i in zip(kept, index):
+            full[d] = i
+        centered = ops.sub(value, mean_loader(full))
+        return ops.mul(centered, centered)
+
+    m2 = make_reduction(x, dim, keepdim, "sum", acc, acc, value_fn=squared_deviation, origin="var")
+    divisor = max(count - correction, 0)
+    var = _map(m2, lambda v: ops.to_dtype(ops.truediv(v, ops.constant(divisor, acc)), dtype), dtype, "var")
+    mean_out = mean_value if keepdim else view(mean_value, [s for d, s in enumerate(x.get_size()) if d not in dims])
+    if acc != dtype:
+        mean_out = _map(mean_out, lambda v: ops.to_dtype(v, dtype), dtype, "mean")
+    return var, mean_out
+
+
+@register_lowering(aten.var)
+def var(x, dim=None, unbiased=None, keepdim=False, correction=None):
+    if isinstance(dim, bool):  # the .default overload: var(x, unbiased)
+        dim, unbiased = None, dim
+    if correction is None and unbiased is not None:
+        correction = 1 if unbiased else 0
+    return _var_mean(x, dim, correction, keepdim)[0]
+
+
+@register_lowering(aten.var_mean)
+def var_mean(x, dim=None, unbiased=None, keepdim=False, correction=None):
+    if isinstance(dim, bool):  # the .default overload: var(x, unbiased)
+        dim, unbiased = None, dim
+    if correction is None and unbiased is not None:
+        correction = 1 if unbiased else 0
+    return _var_mean(x, dim, correction, keepdim)
+
+
+@register_lowering(aten.std)
+def std(x, dim=None, unbiased=None, keepdim=False, correction=None):
+    if isinstance(dim, bool):  # the .default overload: var(x, unbiased)
+        dim, unbiased = None, dim
+    value = var(x, dim, unbiased, keepdim, correction)
+    dtype = value.get_dtype()
+    acc = _accumulate_dtype(dtype)
+    return _map(value, lambda v: ops.to_dtype(ops.sqrt(ops.to_dtype(v, acc)), dtype), dtype, "std")

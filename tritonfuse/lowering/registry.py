@@ -1,0 +1,150 @@
+"""The lowering registry: one function per aten op, registered by decorator.
+
+``@register_lowering(aten.add, broadcast=True, type_promotion=DEFAULT)`` does the shared
+work once: unwraps arguments, broadcasts tensor operands to one shape, and works out
+eager's computation and result dtypes, so a pointwise lowering is one line.
+"""
+import functools
+import logging
+
+import sympy
+import torch
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+from .. import sym
+from ..ir import GenericView, Pointwise, ReinterpretView, TensorBox, origins_of, strided_layout_of
+from ..virtualized import ops
+
+log = logging.getLogger("tritonfuse.lowering")
+aten = torch.ops.aten
+
+DEFAULT = ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
+INT_TO_FLOAT = ELEMENTWISE_TYPE_PROMOTION_KIND.INT_TO_FLOAT
+ALWAYS_BOOL = ELEMENTWISE_TYPE_PROMOTION_KIND.ALWAYS_BOOL
+NO_OPMATH = ELEMENTWISE_TYPE_PROMOTION_KIND.NO_OPMATH
+COMPLEX_TO_FLOAT = ELEMENTWISE_TYPE_PROMOTION_KIND.COMPLEX_TO_FLOAT
+BOOL_TO_LONG = ELEMENTWISE_TYPE_PROMOTION_KIND.BOOL_TO_LONG
+
+lowerings = {}
+
+SUPPORTED_DTYPES = {
+    torch.float32, torch.float64, torch.float16, torch.bfloat16,
+    torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool,
+}
+
+
+class Unsupported(Exception):
+    """Raised by a lowering that declines a case: the op then runs as an aten fallback."""
+
+
+def _overloads(op):
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return [getattr(op, name) for name in op.overloads()]
+    return [op]
+
+
+def register_lowering(*aten_ops, broadcast=False, type_promotion=None):
+    def decorator(fn):
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            if broadcast or type_promotion is not None:
+                tensor_positions = [i for i, a in enumerate(args) if isinstance(a, TensorBox)]
+                args = list(args)
+                if type_promotion is not None:
+                    compute_dtype, result_dtype = promote_types(args, type_promotion)
+                    kwargs = dict(kwargs, compute_dtype=compute_dtype, result_dtype=result_dtype)
+                if broadcast and tensor_positions:
+                    expanded = broadcast_tensors(*[args[i] for i in tensor_positions])
+                    for i, value in zip(tensor_positions, expanded):
+                        args[i] = value
+            return fn(*args, **kwargs)
+
+        for op in aten_ops:
+            for overload in _overloads(op):
+                lowerings[overload] = wrapped
+        return fn
+    return decorator
+
+
+def promote_types(args, kind):
+    """eager's (computation dtype, result dtype) for these operands."""
+    proxies = []
+    for a in args:
+        if isinstance(a, TensorBox):
+            ndim = len(a.get_size())
+            proxies.append(torch.empty([1] * ndim, dtype=a.get_dtype(), device="meta"))
+        elif isinstance(a, (bool, int, float)):
+            proxies.append(a)
+    compute, result = elementwise_dtypes(*proxies, type_promotion_kind=kind)
+    return compute, result
+
+
+def broadcast_shapes(*shapes):
+    return [sympy.Integer(s) for s in torch.broadcast_shapes(*[tuple(sym.to_int(d) for d in s) for s in shapes])]
+
+
+def expand(x: TensorBox, size) -> TensorBox:
+    size = [sym.sint(s) for s in size]
+    old = list(x.get_size())
+    if old == size:
+        return x
+    lead = len(size) - len(old)
+    layout = strided_layout_of(x)
+    if layout is not None:
+        from ..ir import Layout, buffer_of
+        stride = [sympy.Integer(0)] * lead + [
+            st if os == ns else sympy.Integer(0) for os, ns, st in zip(old, size[lead:], layout.stride)
+        ]
+        return TensorBox(ReinterpretView(buffer_of(x), Layout(layout.device, layout.dtype, size, stride, layout.offset)))
+
+    def reindex(index):
+        index = index[lead:]
+        return [sympy.Integer(0) if os == 1 and ns != 1 else i for i, os, ns in zip(index, old, size[lead:])]
+    return TensorBox(GenericView(x.data, size, reindex))
+
+
+def broadcast_tensors(*tensors):
+    target = broadcast_shapes(*[t.get_size() for t in tensors])
+    return [expand(t, target) for t in tensors]
+
+
+def make_loader(value, dtype):
+    """A loader that yields ``value`` (tensor or python scalar) cast to ``dtype``."""
+    if isinstance(value, TensorBox):
+        inner = value.make_loader()
+        if value.get_dtype() == dtype:
+            return inner
+        return lambda index: ops.to_dtype(inner(index), dtype)
+    return lambda index: ops.constant(value, dtype)
+
+
+def make_pointwise(fn, args, compute_dtype, result_dtype, origin=""):
+    """A Pointwise computing ``fn(*values)`` in ``compute_dtype``, cast to ``result_dtype``."""
+    tensors = [a for a in args if isinstance(a, TensorBox)]
+    if not tensors:
+        raise Unsupported("pointwise op without tensor operands")
+    for t in tensors:
+        if t.get_dtype() not in SUPPORTED_DTYPES:
+            raise Unsupported(f"dtype {t.get_dtype()} is not supported")
+    loaders = [make_loader(a, compute_dtype) for a in args]
+    size = list(tensors[0].get_size())
+    device = tensors[0].get_device()
+
+    def inner_fn(index):
+        result = fn(*[load(index) for load in loaders])
+        return result if result_dtype == compute_dtype else ops.to_dtype(result, result_dtype)
+
+    origins = origins_of(tensors) + (origin,)
+    return TensorBox.create(Pointwise(device, result_dtype, inner_fn, size, origins=tuple(dict.fromkeys(origins))))
+
+
+def pointwise_result_dtype_is_bool(fn_result_kind):
+    return fn_result_kind == ALWAYS_BOOL
+
+
+def to_tensor_dtype(x: TensorBox, dtype) -> TensorBox:
+    if x.get_dtype() == dtype:
+        return x
+    loader = x.make_loader()
+    return TensorBox.create(Pointwise(x.get_device(), dtype, lambda idx: ops.to_dtype(loader(idx), dtype),
+                                      list(x.get_size()), origins=("to_dtype",)))

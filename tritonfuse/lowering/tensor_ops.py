@@ -1,0 +1,262 @@
+"""Lowerings that create, copy, combine or gather tensors: full/arange/iota, clone and
+casts, cat, constant_pad_nd, and the indirect loads (index, gather, embedding)."""
+import sympy
+import torch
+
+from .. import sym
+from ..ir import Pointwise, TensorBox
+from ..virtualized import ops
+from .registry import SUPPORTED_DTYPES, Unsupported, aten, broadcast_tensors, make_loader, register_lowering
+
+
+def _meta():
+    """The fake tensor eager would produce for the node being lowered."""
+    from ..graph import current_graph
+    return current_graph().current_node.meta["val"]
+
+
+def _check_dtype(dtype):
+    if dtype not in SUPPORTED_DTYPES:
+        raise Unsupported(f"dtype {dtype}")
+
+
+def _constant_tensor(value, meta):
+    _check_dtype(meta.dtype)
+    size = [sympy.Integer(s) for s in meta.shape]
+    return TensorBox.create(Pointwise(meta.device, meta.dtype, lambda idx: ops.constant(value, meta.dtype), size,
+                                      origins=("full",)))
+
+
+@register_lowering(aten.full, aten.full_like, aten.new_full)
+def full(*args, **kwargs):
+    fill = kwargs.get("fill_value", args[1] if len(args) > 1 else None)
+    return _constant_tensor(fill, _meta())
+
+
+@register_lowering(aten.zeros, aten.zeros_like, aten.new_zeros)
+def zeros(*args, **kwargs):
+    return _constant_tensor(0, _meta())
+
+
+@register_lowering(aten.ones, aten.ones_like, aten.new_ones)
+def ones(*args, **kwargs):
+    return _constant_tensor(1, _meta())
+
+
+@register_lowering(aten.scalar_tensor)
+def scalar_tensor(value, **kwargs):
+    return _constant_tensor(value, _meta())
+
+
+@register_lowering(aten.fill)
+def fill(x, value):
+    if isinstance(value, TensorBox):
+        raise Unsupported("fill with a tensor value")
+    return _constant_tensor(value, _meta())
+
+
+@register_lowering(aten.arange)
+def arange(*args, **kwargs):
+    meta = _meta()
+    _check_dtype(meta.dtype)
+    numbers = [a for a in args if isinstance(a, (int, float))]
+    if len(numbers) == 1:
+        start, step = 0, 1
+    else:
+        start = numbers[0]
+        step = numbers[2] if len(numbers) > 2 else kwargs.get("step", 1)
+    start = kwargs.get("start", start)
+    return _iota(meta, start, step)
+
+
+@register_lowering(torch.ops.prims.iota)
+def iota(length, *, start, step, dtype, device, requires_grad):
+    return _iota(_meta(), start, step)
+
+
+def _iota(meta, start, step):
+    dtype = meta.dtype
+    size = [sympy.Integer(s) for s in meta.shape]
+
+    def inner_fn(index):
+        if not dtype.is_floating_point and isinstance(start, int) and isinstance(step, int):
+            return ops.index_expr(index[0] * step + start, dtype)
+        compute = torch.float64 if dtype == torch.float64 else torch.float32
+        position = ops.to_dtype(ops.index_expr(index[0], torch.int64), compute)
+        value = ops.add(ops.constant(start, compute), ops.mul(position, ops.constant(step, compute)))
+        return ops.to_dtype(value, dtype)
+    return TensorBox.create(Pointwise(meta.device, dtype, inner_fn, size, origins=("arange",)))
+
+
+def _copy_to(x: TensorBox, dtype, origin):
+    _check_dtype(dtype)
+    loader = make_loader(x, dtype)
+    return TensorBox.create(Pointwise(x.get_device(), dtype, loader, list(x.get_size()), origins=(origin,)))
+
+
+@register_lowering(aten.clone)
+def clone(x, memory_format=None):
+    return _copy_to(x, x.get_dtype(), "clone")
+
+
+@register_lowering(aten._to_copy)
+def to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+    if device is not None and torch.device(device) != x.get_device():
+        raise Unsupported("copy to another device")
+    return _copy_to(x, dtype or x.get_dtype(), "to_copy")
+
+
+@register_lowering(torch.ops.prims.convert_element_type)
+def convert_element_type(x, dtype):
+    return _copy_to(x, dtype, "convert_element_type")
+
+
+@register_lowering(aten.copy)
+def copy(dst, src, non_blocking=False):
+    if src.get_device() != dst.get_device():
+        raise Unsupported("copy across devices")
+    (src,) = [src] if list(src.get_size()) == list(dst.get_size()) else [broadcast_tensors(src, dst)[0]]
+    return _copy_to(src, dst.get_dtype(), "copy")
+
+
+def _in_range(index_value, low, high):
+    """A bool value: low <= index < high, computed from a sympy index."""
+    position = ops.index_expr(index_value, torch.int64)
+    above = ops.ge(position, ops.constant(low, torch.int64))
+    below = ops.lt(position, ops.constant(high, torch.int64))
+    return ops.logical_and(above, below)
+
+
+@register_lowering(aten.cat)
+def cat(tensors, dim=0):
+    tensors = [t for t in tensors if sym.to_int(t.numel()) > 0 or len(t.get_size()) != 1]
+    if not tensors:
+        raise Unsupported("cat of empty tensors")
+    meta = _meta()
+    dtype = meta.dtype
+    _check_dtype(dtype)
+    ndim = len(tensors[0].get_size())
+    dim = dim + ndim if dim < 0 else dim
+    offsets, start = [], 0
+    for t in tensors:
+        offsets.append(start)
+        start += sym.to_int(t.get_size()[dim])
+    loaders = [make_loader(t, dtype) for t in tensors]
+    size = [sympy.Integer(s) for s in meta.shape]
+
+    def inner_fn(index):
+        result = None
+        for k in reversed(range(len(tensors))):
+            low = offsets[k]
+            high = low + sym.to_int(tensors[k].get_size()[dim])
+            shifted = list(index)
+            shifted[dim] = index[dim] - low
+
+            def body(load=loaders[k], idx=shifted):
+                return load(idx)
+            if result is None:  # the last input takes every index the others don't
+                result = ops.masked(_in_range(index[dim], low, high), body, 0)
+                continue
+            inside = _in_range(index[dim], low, high)
+            result = ops.where(inside, ops.masked(inside, body, 0), result)
+        return result
+    return TensorBox.create(Pointwise(meta.device, dtype, inner_fn, size, origins=("cat",)))
+
+
+@register_lowering(aten.constant_pad_nd)
+def constant_pad_nd(x, pad, value=0):
+    meta = _meta()
+    dtype = meta.dtype
+    _check_dtype(dtype)
+    size = list(x.get_size())
+    ndim = len(size)
+    loader = x.make_loader()
+    pads = []  # (dim, before)
+    for i in range(len(pad) // 2):
+        pads.append((ndim - 1 - i, pad[2 * i]))
+    out_size = [sympy.Integer(s) for s in meta.shape]
+
+    def inner_fn(index):
+        source = list(index)
+        mask = None
+        for d, before in pads:
+            source[d] = index[d] - before
+            inside = _in_range(index[d], before, before + sym.to_int(size[d]))
+            mask = inside if mask is None else ops.logical_and(mask, inside)
+        if mask is None:
+            return loader(source)
+        return ops.masked(mask, lambda: loader(source), value)
+    return TensorBox.create(Pointwise(meta.device, dtype, inner_fn, out_size, origins=("constant_pad_nd",)))
+
+
+def _indirect(index_tensor_loader, position, dim_size):
+    value = index_tensor_loader(position)
+    return ops.indirect_indexing(value, dim_size)
+
+
+@register_lowering(aten.index.Tensor)
+def index(x, indices):
+    size = list(x.get_size())
+    meta = _meta()
+    positions = [i for i, t in enumerate(indices) if t is not None]
+    index_tensors = [indices[i] for i in positions]
+    for t in index_tensors:
+        if t.get_dtype() not in (torch.int64, torch.int32):
+            raise Unsupported("boolean mask indexing")
+    index_tensors = broadcast_tensors(*index_tensors)
+    index_shape = list(index_tensors[0].get_size())
+    adjacent = positions == list(range(positions[0], positions[-1] + 1))
+    loaders = [t.make_loader() for t in index_tensors]
+    out_size = [sympy.Integer(s) for s in meta.shape]
+    n_index = len(index_shape)
+    x_loader = x.make_loader()
+
+    def inner_fn(out_index):
+        out_index = list(out_index)
+        if adjacent:
+            before = positions[0]
+            index_part = out_index[before:before + n_index]
+            rest = out_index[:before] + out_index[before + n_index:]
+        else:
+            index_part = out_index[:n_index]
+            rest = out_index[n_index:]
+        source = []
+        rest_iter = iter(rest)
+        for d in range(len(size)):
+            if d in positions:
+                k = positions.index(d)
+                source.append(_indirect(loaders[k], index_part, size[d]))
+            else:
+                source.append(next(rest_iter))
+        return x_loader(source)
+    return TensorBox.create(Pointwise(meta.device, x.get_dtype(), inner_fn, out_size, origins=("index",)))
+
+
+@register_lowering(aten.gather)
+def gather(x, dim, index_tensor, sparse_grad=False):
+    size = list(x.get_size())
+    dim = dim + len(size) if dim < 0 else dim
+    loader = x.make_loader()
+    index_loader = index_tensor.make_loader()
+
+    def inner_fn(index):
+        source = list(index)
+        source[dim] = _indirect(index_loader, index, size[dim])
+        return loader(source)
+    return TensorBox.create(Pointwise(x.get_device(), x.get_dtype(), inner_fn, list(index_tensor.get_size()),
+                                      origins=("gather",)))
+
+
+@register_lowering(aten.embedding)
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    weight_loader = weight.make_loader()
+    index_loader = indices.make_loader()
+    rows = weight.get_size()[0]
+    index_ndim = len(indices.get_size())
+    out_size = list(indices.get_size()) + [weight.get_size()[1]]
+
+    def inner_fn(index):
+        row = _indirect(index_loader, index[:index_ndim], rows)
+        return weight_loader([row, index[index_ndim]])
+    return TensorBox.create(Pointwise(weight.get_device(), weight.get_dtype(), inner_fn, out_size,
+                                      origins=("embedding",)))

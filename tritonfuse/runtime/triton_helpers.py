@@ -1,0 +1,173 @@
+"""@triton.jit helpers that generated kernels call as ``tf_helpers.*``.
+
+Everything here is written with core ``tl`` ops only, so it runs both compiled and in
+Triton's interpreter (which lacks libdevice). NaN handling follows eager PyTorch:
+max/min propagate NaN; argmax/argmin treat NaN as the largest/smallest value and pick
+the first index among equals.
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def is_nan(x):
+    return x != x
+
+
+@triton.jit
+def maximum(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+
+
+@triton.jit
+def minimum(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+
+
+@triton.jit
+def _max_combine(a, b):
+    return maximum(a, b)
+
+
+@triton.jit
+def _min_combine(a, b):
+    return minimum(a, b)
+
+
+@triton.jit
+def max2(values, axis: tl.constexpr):
+    return tl.reduce(values, axis, _max_combine)
+
+
+@triton.jit
+def min2(values, axis: tl.constexpr):
+    return tl.reduce(values, axis, _min_combine)
+
+
+@triton.jit
+def _prod_combine(a, b):
+    return a * b
+
+
+@triton.jit
+def prod(values, axis: tl.constexpr):
+    return tl.reduce(values, axis, _prod_combine)
+
+
+@triton.jit
+def _any_combine(a, b):
+    return a | b
+
+
+@triton.jit
+def any(values, axis: tl.constexpr):
+    return tl.reduce(values, axis, _any_combine)
+
+
+@triton.jit
+def _all_combine(a, b):
+    return a & b
+
+
+@triton.jit
+def all(values, axis: tl.constexpr):
+    return tl.reduce(values, axis, _all_combine)
+
+
+@triton.jit
+def argmax_better(value, index, best, best_index):
+    """True where (value, index) should replace (best, best_index) for argmax."""
+    value_nan = value != value
+    best_nan = best != best
+    greater = (value > best) | (value_nan & ~best_nan)
+    equal = (value == best) | (value_nan & best_nan)
+    return greater | (equal & (index < best_index))
+
+
+@triton.jit
+def argmin_better(value, index, best, best_index):
+    value_nan = value != value
+    best_nan = best != best
+    less = (value < best) | (value_nan & ~best_nan)
+    equal = (value == best) | (value_nan & best_nan)
+    return less | (equal & (index < best_index))
+
+
+@triton.jit
+def _argmax_combine(value_a, index_a, value_b, index_b):
+    take_b = argmax_better(value_b, index_b, value_a, index_a)
+    return tl.where(take_b, value_b, value_a), tl.where(take_b, index_b, index_a)
+
+
+@triton.jit
+def _argmin_combine(value_a, index_a, value_b, index_b):
+    take_b = argmin_better(value_b, index_b, value_a, index_a)
+    return tl.where(take_b, value_b, value_a), tl.where(take_b, index_b, index_a)
+
+
+@triton.jit
+def argmax(values, indices, axis: tl.constexpr):
+    _, index = tl.reduce((values, indices), axis, _argmax_combine)
+    return index
+
+
+@triton.jit
+def argmin(values, indices, axis: tl.constexpr):
+    _, index = tl.reduce((values, indices), axis, _argmin_combine)
+    return index
+
+
+# ---- math that libdevice provides on GPUs, in core tl for the interpreter ------------
+
+@triton.jit
+def tanh(x):
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def expm1(x):
+    small = tl.abs(x) < 1e-5
+    return tl.where(small, x + 0.5 * x * x, tl.exp(x) - 1.0)
+
+
+@triton.jit
+def log1p(x):
+    small = tl.abs(x) < 1e-4
+    return tl.where(small, x - 0.5 * x * x, tl.log(1.0 + x))
+
+
+@triton.jit
+def rsqrt(x):
+    return 1.0 / tl.sqrt(x)
+
+
+@triton.jit
+def trunc(x):
+    return tl.where(x < 0, tl.ceil(x), tl.floor(x))
+
+
+@triton.jit
+def nearbyint(x):
+    """Round half to even, like torch.round."""
+    r = tl.floor(x + 0.5)
+    tie = (r - x) == 0.5
+    odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
+    return tl.where(tie & odd, r - 1.0, r)
+
+
+@triton.jit
+def pow(a, b):
+    magnitude = tl.exp2(b * tl.log2(tl.abs(a)))
+    b_int = tl.floor(b) == b
+    b_odd = b_int & ((b - 2.0 * tl.floor(b * 0.5)) != 0.0)
+    negative = a < 0
+    result = tl.where(negative & b_odd, -magnitude, magnitude)
+    result = tl.where(negative & ~b_int, float("nan"), result)
+    return tl.where(b == 0, 1.0, result)
+
+
+@triton.jit
+def tan(x):
+    return tl.sin(x) / tl.cos(x)

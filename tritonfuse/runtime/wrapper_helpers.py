@@ -1,0 +1,21 @@
+"""Functions the generated host code calls."""
+import torch
+
+empty_strided = torch.empty_strided
+
+
+def reinterpret_tensor(tensor, size, stride, offset):
+    """``tensor`` seen through another strided layout; ``offset`` is relative to its data."""
+    return torch.as_strided(tensor, size, stride, tensor.storage_offset() + offset)
+
+
+def ensure_layout(tensor, size, stride):
+    """The compiled code assumed ``size``/``stride``: copy into that layout if it differs."""
+    if tensor.stride() == stride and tensor.shape == size:
+        return tensor
+    if tuple(tensor.shape) != tuple(size):
+        raise RuntimeError(f"tritonfuse: input of shape {tuple(tensor.shape)} passed to a graph compiled for "
+                           f"{tuple(size)}")
+    fixed = torch.empty_strided(size, stride, dtype=tensor.dtype, device=tensor.device)
+    fixed.copy_(tensor)
+    return fixed

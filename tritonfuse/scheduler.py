@@ -1,0 +1,311 @@
+"""The shared scheduler: one node per buffer-producing op, dependencies, fusion,
+buffer lifetimes. It asks the backend registered for a node's device whether two nodes
+may fuse and to generate code; it never imports a backend.
+
+Kernel groups. Every computed buffer iterates an x domain (kept dims) and an r domain
+(reduced dims, empty for pointwise). A fused kernel has one group ``(device, X, R)``:
+reductions over X rows of R elements, pointwise nodes over all X*R elements (split into
+x and r parts) and "x-only" pointwise nodes over the X rows (epilogues of reductions).
+"""
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import torch
+
+from . import config, metrics, sym
+from .dependencies import MemoryDep, extract_deps, split_sizes
+from .ir import ComputedBuffer, FallbackKernel
+
+log = logging.getLogger("tritonfuse.scheduler")
+
+
+class SchedulerNode:
+    """One computed buffer."""
+
+    def __init__(self, buffer: ComputedBuffer, position: int):
+        self.buffer = buffer
+        self.name = buffer.name
+        self.position = position
+        self.x_sizes, self.r_sizes = buffer.iteration_sizes()
+        self.device = buffer.get_device()
+        reads, _ = extract_deps(buffer, self.x_sizes, self.r_sizes)
+        self.read_names = {dep.name for dep in reads}
+        self.origins = tuple(buffer.data.origins)
+
+    def is_reduction(self) -> bool:
+        return self.buffer.is_reduction()
+
+    def numel(self) -> int:
+        return sym.to_int(sym.product(self.x_sizes)) * sym.to_int(sym.product(self.r_sizes))
+
+    def sizes_in_group(self, x_numel: int, r_numel: int):
+        """This node's (x sizes, r sizes, kind) inside a kernel of group (X, R), or None.
+        kind is "reduction", "xr" (pointwise over rows and columns) or "x" (over rows)."""
+        if self.is_reduction():
+            if (sym.to_int(sym.product(self.x_sizes)), sym.to_int(sym.product(self.r_sizes))) == (x_numel, r_numel):
+                return self.x_sizes, self.r_sizes, "reduction"
+            return None
+        numel = sym.to_int(sym.product(self.x_sizes))
+        if r_numel == 1:
+            return (self.x_sizes, [], "x") if numel == x_numel else None
+        if numel == x_numel:
+            return self.x_sizes, [], "x"
+        if numel == x_numel * r_numel:
+            split = split_sizes(self.x_sizes, x_numel)
+            if split is not None:
+                return split[0], split[1], "xr"
+        return None
+
+    def deps_in_group(self, x_numel, r_numel):
+        x_sizes, r_sizes, _ = self.sizes_in_group(x_numel, r_numel)
+        return extract_deps(self.buffer, x_sizes, r_sizes)
+
+    def __repr__(self):
+        return f"SchedulerNode({self.name}, x={self.x_sizes}, r={self.r_sizes})"
+
+
+class FallbackNode:
+    def __init__(self, kernel: FallbackKernel, position: int):
+        self.kernel = kernel
+        self.name = kernel.name
+        self.position = position
+        self.read_names = set(kernel.input_buffers())
+        self.output_names = [out.name for out in kernel.outputs]
+
+
+@dataclass
+class FusedNode:
+    """A group of scheduler nodes that becomes one kernel."""
+    nodes: List[SchedulerNode]
+    device: torch.device
+    x_numel: int
+    r_numel: int
+    names: set = field(default_factory=set)
+
+    @staticmethod
+    def of(node: SchedulerNode) -> "FusedNode":
+        x = sym.to_int(sym.product(node.x_sizes))
+        r = sym.to_int(sym.product(node.r_sizes))
+        return FusedNode([node], node.device, x, r, {node.name})
+
+    @property
+    def position(self):
+        return min(n.position for n in self.nodes)
+
+    def is_reduction(self):
+        return self.r_numel > 1 or any(n.is_reduction() for n in self.nodes)
+
+    def read_names(self):
+        return set().union(*(n.read_names for n in self.nodes)) - self.names
+
+    def node_layouts(self):
+        """[(node, x sizes, r sizes, kind)] in execution order."""
+        result = []
+        for node in sorted(self.nodes, key=lambda n: n.position):
+            x_sizes, r_sizes, kind = node.sizes_in_group(self.x_numel, self.r_numel)
+            result.append((node, x_sizes, r_sizes, kind))
+        return result
+
+    @property
+    def origins(self):
+        found = []
+        for node in sorted(self.nodes, key=lambda n: n.position):
+            for origin in node.origins:
+                if origin and origin not in found:
+                    found.append(origin)
+        return found
+
+
+class Scheduler:
+    def __init__(self, graph, backend_for_device):
+        """``backend_for_device(device) -> BackendScheduling`` (from the device registry)."""
+        self.graph = graph
+        self.backend_for_device = backend_for_device
+        self.nodes = []
+        for position, op in enumerate(graph.operations):
+            if isinstance(op, ComputedBuffer):
+                self.nodes.append(SchedulerNode(op, position))
+            else:
+                self.nodes.append(FallbackNode(op, position))
+        self.producer = {}
+        for node in self.nodes:
+            names = node.output_names if isinstance(node, FallbackNode) else [node.name]
+            for name in names:
+                self.producer[name] = node
+        self.output_names = {getattr(out, "name", None) for out in graph.outputs}
+        self.output_names |= {out.buffer.name for out in graph.outputs if hasattr(out, "buffer")}
+        self.groups = self._fuse([FusedNode.of(n) if isinstance(n, SchedulerNode) else n for n in self.nodes])
+        self.groups = self._topological_order(self.groups)
+
+    # ---- dependencies -----------------------------------------------------------------
+    def _group_of(self, groups):
+        owner = {}
+        for group in groups:
+            for node in (group.nodes if isinstance(group, FusedNode) else [group]):
+                owner[node.name] = group
+                if isinstance(node, FallbackNode):
+                    for out in node.output_names:
+                        owner[out] = group
+        return owner
+
+    def _direct_preds(self, group, owner):
+        preds = set()
+        names = group.read_names() if isinstance(group, FusedNode) else group.read_names
+        for name in names:
+            producer = owner.get(name)
+            if producer is not None and producer is not group:
+                preds.add(id(producer))
+        return preds
+
+    def _ancestors(self, groups):
+        owner = self._group_of(groups)
+        by_id = {id(g): g for g in groups}
+        ancestors = {}
+        for group in sorted(groups, key=lambda g: g.position):
+            acc = set()
+            for pred in self._direct_preds(group, owner):
+                acc.add(pred)
+                acc |= ancestors.get(pred, set())
+            ancestors[id(group)] = acc
+        return ancestors, by_id, owner
+
+    # ---- fusion -----------------------------------------------------------------------
+    def _fuse(self, groups):
+        for _ in range(10):
+            fused_any = False
+            ancestors, by_id, owner = self._ancestors(groups)
+            candidates = []
+            fusible = [g for g in groups if isinstance(g, FusedNode)]
+            for a, b in itertools.combinations(sorted(fusible, key=lambda g: g.position), 2):
+                if a.device != b.device:
+                    continue
+                score = self._score(a, b)
+                if score > 0:
+                    candidates.append((score, a.position, b.position, a, b))
+            candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
+            consumed = set()
+            for _, _, _, a, b in candidates:
+                if id(a) in consumed or id(b) in consumed:
+                    continue
+                merged = self._try_fuse(a, b, ancestors)
+                if merged is None:
+                    continue
+                consumed |= {id(a), id(b)}
+                groups = [g for g in groups if g is not a and g is not b] + [merged]
+                fused_any = True
+                ancestors, by_id, owner = self._ancestors(groups)   # fusion adds paths
+            if not fused_any:
+                break
+        metrics.fused_node_count += sum(len(g.nodes) for g in groups if isinstance(g, FusedNode) and len(g.nodes) > 1)
+        return groups
+
+    def _score(self, a: FusedNode, b: FusedNode) -> int:
+        """Bytes that fusing saves: buffers one writes and the other reads, and shared reads."""
+        shared = (a.names & b.read_names()) | (b.names & a.read_names()) | (a.read_names() & b.read_names())
+        total = 0
+        for name in shared:
+            buffer = self.graph.name_to_buffer.get(name)
+            if buffer is not None:
+                total += sym.to_int(buffer.layout.numel()) * buffer.get_dtype().itemsize
+        return total
+
+    def _try_fuse(self, a: FusedNode, b: FusedNode, ancestors) -> Optional[FusedNode]:
+        first, second = (a, b) if a.position <= b.position else (b, a)
+        if len(a.nodes) + len(b.nodes) > config.max_fusion_size:
+            return None
+        # no path first -> (outside node) -> second, in either direction
+        for x, y in ((first, second), (second, first)):
+            for mid in ancestors[id(y)]:
+                if mid != id(x) and id(x) in ancestors.get(mid, set()):
+                    return None
+        group = self._combined_group(a, b)
+        if group is None:
+            return None
+        x_numel, r_numel = group
+        merged = FusedNode(a.nodes + b.nodes, a.device, x_numel, r_numel, a.names | b.names)
+        if any(n.sizes_in_group(x_numel, r_numel) is None for n in merged.nodes):
+            return None
+        if not self._dependencies_line_up(merged):
+            return None
+        backend = self.backend_for_device(a.device)
+        vertical = bool((a.names & b.read_names()) or (b.names & a.read_names()))
+        allowed = backend.can_fuse_vertical(first, second, merged) if vertical else \
+            backend.can_fuse_horizontal(first, second, merged)
+        return merged if allowed else None
+
+    @staticmethod
+    def _combined_group(a: FusedNode, b: FusedNode):
+        if a.r_numel > 1 and b.r_numel > 1:
+            return (a.x_numel, a.r_numel) if (a.x_numel, a.r_numel) == (b.x_numel, b.r_numel) else None
+        if a.r_numel == 1 and b.r_numel == 1:
+            return (a.x_numel, 1) if a.x_numel == b.x_numel else None
+        red, pw = (a, b) if a.r_numel > 1 else (b, a)
+        if pw.x_numel in (red.x_numel, red.x_numel * red.r_numel):
+            return red.x_numel, red.r_numel
+        return None
+
+    def _dependencies_line_up(self, merged: FusedNode) -> bool:
+        """Every read of a buffer produced inside the kernel must be of the very element
+        that the same loop iteration produced (else another program computes it)."""
+        writes, reads, kinds = {}, [], {}
+        for node, x_sizes, r_sizes, kind in merged.node_layouts():
+            node_reads, write = extract_deps(node.buffer, x_sizes, r_sizes)
+            writes[write.name] = write
+            kinds[write.name] = kind
+            reads.extend((dep, kind) for dep in node_reads)
+        for dep, reader_kind in reads:
+            write = writes.get(dep.name)
+            if write is None:
+                continue
+            if dep.indirect or dep.index != write.index or dep.x_sizes != write.x_sizes:
+                return False
+            producer_kind = kinds[dep.name]
+            if producer_kind == "xr":
+                if reader_kind == "x" or dep.r_sizes != write.r_sizes:
+                    return False
+        return True
+
+    # ---- order and lifetimes ----------------------------------------------------------
+    def _topological_order(self, groups):
+        owner = self._group_of(groups)
+        by_id = {id(g): g for g in groups}
+        preds = {id(g): self._direct_preds(g, owner) for g in groups}
+        done, order = set(), []
+        remaining = sorted(groups, key=lambda g: g.position)
+        while remaining:
+            for group in remaining:
+                if preds[id(group)] <= done:
+                    order.append(group)
+                    done.add(id(group))
+                    remaining.remove(group)
+                    break
+            else:
+                raise AssertionError("cycle in the fused graph")
+        del by_id
+        return order
+
+    def internal_buffers(self, group: FusedNode):
+        """Buffers produced and consumed only inside ``group``: never allocated."""
+        internal = set()
+        for name in group.names:
+            if name in self.output_names:
+                continue
+            readers = [g for g in self.groups if g is not group and name in
+                       (g.read_names() if isinstance(g, FusedNode) else g.read_names)]
+            if not readers:
+                internal.add(name)
+        return internal
+
+    def last_uses(self):
+        """{buffer name: index of the last group that reads or writes it}."""
+        last = {}
+        for i, group in enumerate(self.groups):
+            if isinstance(group, FusedNode):
+                names = group.names | group.read_names()
+            else:
+                names = set(group.output_names) | group.read_names
+            for name in names:
+                last[name] = i
+        return last
