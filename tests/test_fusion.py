@@ -1,0 +1,39 @@
+"""Fusion decisions of the shared scheduler, checked through kernel counts and code."""
+import torch
+
+import tritonfuse
+from common import check, kernel_count, rand
+
+
+def test_no_fusion_through_a_fallback(device):
+    # y feeds the fallback (sort) and the final pointwise; fusing y's kernel with the
+    # consumer of the sort result would make a cycle
+    x = rand(4, 8, device=device)
+    check(lambda a: (a + 1).exp() * 2 + torch.sort(a + 1, dim=1).values, x, rtol=1e-5)
+    assert kernel_count() == 2
+
+
+def test_different_iteration_spaces_stay_apart(device):
+    x, y = rand(6, 10, device=device), rand(7, 3, device=device)
+    check(lambda a, b: (a.sum(1), b.sum(1)), x, y)
+    assert kernel_count() == 2
+
+
+def test_reduction_prologue_and_epilogue_fuse(device):
+    x, w = rand(12, 48, device=device), rand(48, device=device)
+    # RMS norm: pointwise prologue (square), reduction, epilogue over rows and columns
+    check(lambda a, g: a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + 1e-6) * g, x, w, rtol=1e-4)
+    assert kernel_count() == 1
+    assert tritonfuse.metrics.fused_node_count >= 2
+
+
+def test_realized_value_read_by_two_reductions(device):
+    x = rand(5, 40, device=device)
+    check(lambda a: ((a * 3).exp().sum(-1), (a * 3).exp().amax(-1), torch.var(a, -1)), x, rtol=1e-4)
+    assert kernel_count() == 1
+
+
+def test_consumer_reading_a_shifted_element_is_not_fused(device):
+    x = rand(32, device=device)
+    # b[i] reads a[i + 1]: another program computes it, so a must be materialized first
+    check(lambda v: (v.exp() * 2, (v.exp() * 2)[1:] + (v.exp() * 2)[:-1]), x)

@@ -1,0 +1,230 @@
+"""Tests of scripts/: the workload table, bench.py end to end, and the demo.
+
+They run on the CPU with eager (and Dynamo's "eager" backend), so they pass before the
+compiler exists; the tritonfuse demo test is skipped while `tritonfuse.backend` cannot be
+imported. No test asserts a timing.
+"""
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from scripts import bench  # noqa: E402
+from scripts.models import (WORKLOADS, TransformerBlock, make_block,  # noqa: E402
+                            make_block_inputs, select_workloads, tensor_bytes)
+
+SUBPROCESS_TIMEOUT_S = 300
+
+
+def _tritonfuse_importable() -> bool:
+    try:
+        import tritonfuse.backend  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def _run_script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=SUBPROCESS_TIMEOUT_S)
+
+
+# ----------------------------------------------------------------------------------------
+# scripts/models.py
+# ----------------------------------------------------------------------------------------
+
+EXPECTED_WORKLOADS = {
+    "pointwise_f32", "pointwise_bf16", "softmax_bf16", "softmax_long_f32", "x_sub_softmax",
+    "layer_norm", "rms_norm", "sigmoid_sum_dim1", "column_sum", "transpose_add",
+    "cross_entropy", "var_mean", "transformer_block",
+}
+
+
+def _expected_shapes(name: str, inputs: tuple) -> list[tuple]:
+    """The output shapes each workload must produce, from its inputs."""
+    x = inputs[0]
+    if name == "sigmoid_sum_dim1":
+        return [(x.shape[0], x.shape[2])]
+    if name == "column_sum":
+        return [(x.shape[1],)]
+    if name == "transpose_add":
+        return [tuple(inputs[1].shape)]
+    if name == "cross_entropy":
+        return [()]
+    if name == "var_mean":
+        return [tuple(x.shape[:-1])] * 2
+    if name == "transformer_block":
+        return [tuple(inputs[1].shape)]
+    return [tuple(x.shape)]
+
+
+def test_workload_table_is_complete():
+    names = [w.name for w in WORKLOADS]
+    assert len(names) == len(set(names)), "workload names must be unique"
+    assert set(names) == EXPECTED_WORKLOADS
+    for w in WORKLOADS:
+        atol, rtol = w.tolerance
+        assert 0 < atol < 1 and 0 < rtol < 1, w.name
+    assert [w.name for w in select_workloads("softmax")] == [
+        "softmax_bf16", "softmax_long_f32", "x_sub_softmax"]
+    assert len(select_workloads("norm,column")) == 3
+    assert select_workloads(None) == WORKLOADS
+
+
+@pytest.mark.parametrize("workload", WORKLOADS, ids=lambda w: w.name)
+def test_workload_runs_in_eager_on_cpu(workload):
+    inputs = workload.make_inputs("cpu")
+    assert isinstance(inputs, tuple) and inputs
+    with torch.no_grad():
+        out = workload.fn(*inputs)
+    outs = list(out) if isinstance(out, tuple) else [out]
+    assert [tuple(o.shape) for o in outs] == _expected_shapes(workload.name, inputs)
+    for o in outs:
+        assert o.device.type == "cpu"
+        assert torch.isfinite(o.float()).all(), workload.name
+    first = next(t for t in inputs if isinstance(t, torch.Tensor))
+    if workload.name != "cross_entropy":
+        assert outs[0].dtype == first.dtype
+    # Inputs are read and outputs written at least once; the CPU sizes stay small.
+    ideal = workload.ideal_bytes(inputs, out)
+    assert ideal == tensor_bytes(inputs) + tensor_bytes(out)
+    assert 0 < ideal < 64 * 2**20
+    # Same seed, same data: every backend sees the same inputs.
+    again = workload.make_inputs("cpu")
+    for a, b in zip(inputs, again):
+        if isinstance(a, torch.Tensor):
+            assert torch.equal(a, b)
+
+
+def test_workload_semantics():
+    by_name = {w.name: w for w in WORKLOADS}
+    (x,) = by_name["softmax_long_f32"].make_inputs("cpu")
+    assert x.shape[-1] >= 16384
+    probs = by_name["softmax_long_f32"].fn(x)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(x.shape[0]))
+    x, w, b = by_name["layer_norm"].make_inputs("cpu")
+    y = (by_name["layer_norm"].fn(x, w, b) - b) / w
+    torch.testing.assert_close(y.mean(-1), torch.zeros(x.shape[0]), atol=1e-5, rtol=0)
+    logits, target = by_name["cross_entropy"].make_inputs("cpu")
+    assert target.dtype == torch.int64 and 1024 <= logits.shape[1] <= 32768
+    assert int(target.max()) < logits.shape[1]
+
+
+def test_transformer_block_forward_backward():
+    block = make_block(dim=32, heads=4, device="cpu", seed=3)
+    same = make_block(dim=32, heads=4, device="cpu", seed=3)
+    for p, q in zip(block.parameters(), same.parameters()):
+        assert torch.equal(p, q)
+    x = make_block_inputs(2, 8, 32, "cpu", seed=1, requires_grad=True)
+    assert x.requires_grad and x.shape == (2, 8, 32) and x.dtype == torch.float32
+    out = block(x)
+    assert out.shape == x.shape
+    out.float().pow(2).mean().backward()
+    assert x.grad is not None and x.grad.shape == x.shape
+    assert all(p.grad is not None for p in block.parameters())
+    assert isinstance(block.act, torch.nn.GELU) and block.act.approximate == "none"
+    with pytest.raises(ValueError):
+        TransformerBlock(dim=30, heads=4)
+
+
+# ----------------------------------------------------------------------------------------
+# scripts/bench.py
+# ----------------------------------------------------------------------------------------
+
+
+def test_bench_end_to_end_eager(tmp_path):
+    out = tmp_path / "bench"
+    proc = _run_script("scripts/bench.py", "--device", "cpu", "--backends", "eager",
+                       "--workloads", "pointwise_f32,column_sum", "--repeat", "3",
+                       "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    report = json.loads((out / "bench.json").read_text())
+    machine = report["machine"]
+    for key in ("device_name", "torch", "triton", "cpu_count", "torch_threads", "timestamp"):
+        assert key in machine
+    assert machine["torch"] == torch.__version__
+    assert report["device"] == "cpu" and report["backends"] == ["eager"]
+    assert [r["workload"] for r in report["results"]] == ["pointwise_f32", "column_sum"]
+    for res in report["results"]:
+        cell = res["cells"]["eager"]
+        assert cell["status"] == "ok"
+        assert cell["ms"] > 0 and cell["gbps"] > 0
+        assert math.isclose(cell["gbps"], res["ideal_bytes"] / (cell["ms"] * 1e-3) / 1e9)
+    assert report["summary"] == {}
+
+    md = (out / "bench.md").read_text()
+    assert "| workload" in md and "pointwise_f32" in md and "column_sum" in md
+    assert "eager ms" in md and torch.__version__ in md
+    assert "pointwise_f32" in proc.stdout  # the table is printed too
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "matplotlib" in proc.stdout
+    else:
+        assert (out / "bench.png").stat().st_size > 1000
+
+
+def _wrong_backend(gm, example_inputs):
+    """A backend that compiles fine and returns results off by one."""
+    def run(*args):
+        return tuple(o + 1 if isinstance(o, torch.Tensor) and o.is_floating_point() else o
+                     for o in gm(*args))
+    return run
+
+
+def test_bench_reports_wrong_results_and_errors(tmp_path):
+    if "wrong_for_test" not in torch._dynamo.list_backends(exclude_tags=()):
+        torch._dynamo.register_backend(_wrong_backend, name="wrong_for_test")
+    out = tmp_path / "bench"
+    rc = bench.main(["--device", "cpu", "--backends", "eager,wrong_for_test,no_such_backend",
+                     "--workloads", "column_sum", "--repeat", "2", "--out", str(out)])
+    assert rc == 1
+    report = json.loads((out / "bench.json").read_text())
+    cells = report["results"][0]["cells"]
+    assert cells["wrong_for_test"]["status"] == "FAIL"
+    assert cells["wrong_for_test"]["max_abs_err"] == pytest.approx(1.0, abs=1e-3)
+    assert cells["no_such_backend"]["status"] == "error"
+    assert "no_such_backend" in cells["no_such_backend"]["message"]
+    assert report["summary"]["wrong_for_test_vs_eager"]["workloads"] == 0
+    md = (out / "bench.md").read_text()
+    assert "wrong_for_test FAIL" in md and "WRONG" in md and "error [" in md
+
+
+def test_tritonfuse_backend_unavailable_is_reported(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tritonfuse.backend", None)  # makes the import fail
+    with pytest.raises(bench.BackendUnavailable, match="tritonfuse.backend"):
+        bench.resolve_backend("tritonfuse")
+    assert bench.resolve_backend("inductor") == "inductor"
+
+
+# ----------------------------------------------------------------------------------------
+# scripts/demo.py
+# ----------------------------------------------------------------------------------------
+
+TINY_DEMO = ("--batch", "2", "--seq", "16", "--dim", "32", "--heads", "2", "--steps", "3")
+DEMO_DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def test_demo_checks_and_reports_with_dynamo_eager_backend():
+    proc = _run_script("scripts/demo.py", "--device", "cpu", "--backend", "eager", *TINY_DEMO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for text in ("Correctness vs eager", "grad fc2.bias", "Speed", "PASS"):
+        assert text in proc.stdout
+
+
+@pytest.mark.skipif(not _tritonfuse_importable(), reason="tritonfuse.backend cannot be imported yet")
+@pytest.mark.parametrize("device", DEMO_DEVICES)
+def test_demo_tritonfuse(device):
+    proc = _run_script("scripts/demo.py", "--device", device, "--no-graph-cache", *TINY_DEMO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASS" in proc.stdout
+    assert "Kernels generated" in proc.stdout and "Fallbacks" in proc.stdout

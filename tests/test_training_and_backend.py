@@ -1,0 +1,126 @@
+"""Training through aot_autograd, the backend entry point, caching and observability."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import torch
+
+import tritonfuse
+from common import check, rand
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(12, 32)
+        self.norm = torch.nn.LayerNorm(32)
+        self.fc2 = torch.nn.Linear(32, 5)
+
+    def forward(self, x):
+        return self.fc2(torch.nn.functional.gelu(self.norm(self.fc1(x))))
+
+
+def _train(model, x, y, steps, compiled):
+    step_model = torch.compile(model, backend="tritonfuse") if compiled else model
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(step_model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses, [p.grad.clone() for p in model.parameters()]
+
+
+def test_mlp_training_matches_eager(device):
+    torch.manual_seed(0)
+    eager_model = MLP().to(device)
+    compiled_model = MLP().to(device)
+    compiled_model.load_state_dict(eager_model.state_dict())
+    x = torch.randn(16, 12, device=device)
+    y = torch.randint(0, 5, (16,), device=device)
+    eager_losses, eager_grads = _train(eager_model, x, y, 4, compiled=False)
+    losses, grads = _train(compiled_model, x, y, 4, compiled=True)
+    assert tritonfuse.metrics.eager_graphs == 0
+    assert tritonfuse.metrics.generated_kernel_count > 0
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(eager_losses), atol=1e-5, rtol=1e-5)
+    for g, e in zip(grads, eager_grads):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-4)
+
+
+def test_no_grad_and_inference(device):
+    model = MLP().to(device)
+    x = torch.randn(4, 12, device=device)
+    with torch.no_grad():
+        check(model, x, atol=1e-5, rtol=1e-4)
+
+
+def test_input_with_unexpected_layout_is_restrided(device):
+    compiled = torch.compile(lambda a: a * 2 + 1, backend="tritonfuse")
+    x = rand(6, 4, device=device)
+    torch.testing.assert_close(compiled(x), x * 2 + 1)
+    from tritonfuse.runtime.wrapper_helpers import ensure_layout
+    odd = rand(4, 6, device=device).t()
+    fixed = ensure_layout(odd, (6, 4), (4, 1))
+    assert fixed.stride() == (4, 1)
+    torch.testing.assert_close(fixed, odd)
+
+
+def _run_python(code, env_extra, cwd):
+    env = dict(os.environ, **env_extra)
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
+                            cwd=cwd, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+SCRIPT = """
+    import torch
+    # note: no `import tritonfuse`: the entry point registers the backend
+    fn = torch.compile(lambda a, b: torch.softmax(a * b, -1), backend="tritonfuse")
+    x = torch.randn(4, 16)
+    out = fn(x, x)
+    torch.testing.assert_close(out, torch.softmax(x * x, -1))
+    import tritonfuse
+    print("kernels", tritonfuse.metrics.generated_kernel_count, "hits", tritonfuse.metrics.graph_cache_hits)
+"""
+
+
+def test_entry_point_and_graph_cache_in_new_process(tmp_path):
+    env = {"TRITONFUSE_CACHE_DIR": str(tmp_path), "TRITONFUSE_CPU_BACKEND": os.environ.get(
+        "TRITONFUSE_CPU_BACKEND", tritonfuse.config.cpu_backend)}
+    first = _run_python(SCRIPT, env, str(tmp_path))
+    assert "kernels 1 hits 0" in first, first
+    second = _run_python(SCRIPT, env, str(tmp_path))
+    assert "kernels 0 hits 1" in second, second
+
+
+def test_debug_env_writes_generated_code(tmp_path):
+    env = {"TRITONFUSE_CACHE_DIR": str(tmp_path), "TRITONFUSE_DEBUG": "1", "TRITONFUSE_CPU_BACKEND": "triton"}
+    out = _run_python(SCRIPT, env, str(tmp_path))
+    line = next(l for l in out.splitlines() if "written to" in l)
+    folder = line.split("written to ")[1].strip()
+    files = os.listdir(folder)
+    assert "wrapper.py" in files and any(f.startswith("triton_") for f in files), files
+
+
+def test_metrics_reset():
+    tritonfuse.metrics.generated_kernel_count = 3
+    tritonfuse.metrics.fallbacks["x"] = "y"
+    tritonfuse.metrics.reset()
+    assert tritonfuse.metrics.generated_kernel_count == 0 and not tritonfuse.metrics.fallbacks
+
+
+def test_compile_failure_runs_eagerly_and_is_logged(device, monkeypatch, caplog):
+    from tritonfuse import compile_fx
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated compiler bug")
+    monkeypatch.setattr(compile_fx, "schedule", broken)
+    x = rand(3, 3, device=device)
+    out = torch.compile(lambda a: a.sin() + 1, backend="tritonfuse")(x)
+    torch.testing.assert_close(out, x.sin() + 1)
+    assert tritonfuse.metrics.eager_graphs == 1
+    assert "simulated compiler bug" in caplog.text

@@ -1,0 +1,82 @@
+"""Views that move no data, and ops that build or gather tensors."""
+import torch
+import torch.nn.functional as F
+
+from common import check, kernel_count, rand
+
+
+def test_views_of_inputs(device):
+    x = rand(4, 6, 5, device=device)
+    check(lambda a: (a.permute(2, 0, 1) * 2, a.transpose(0, 1).reshape(6, 20) + 1, a.view(24, 5).t() - 1,
+                     a[:, 1:5:2].unsqueeze(0) * 3, a.select(1, 3).squeeze() + 0, a.expand(2, 4, 6, 5) + 1,
+                     a[..., 0].flatten() * 2), x)
+
+
+def test_views_of_computed_values(device):
+    x = rand(4, 6, 5, device=device)
+    check(lambda a: ((a + 1).permute(1, 2, 0).reshape(30, 4) * 2, (a * 2).transpose(1, 2)[:, ::2].sum(-1),
+                     (a.exp()).view(4, 30)[:, 3:17].amax(-1)), x, rtol=1e-4)
+
+
+def test_reshape_of_non_contiguous(device):
+    x = rand(6, 8, device=device).t()
+    check(lambda a: (a.reshape(4, 12) + 1, a.reshape(-1).cumsum(0) if False else a.reshape(2, 4, 6) * 2), x)
+
+
+def test_as_strided(device):
+    x = rand(10, 10, device=device)
+    check(lambda a: torch.as_strided(a + 1, (4, 3), (7, 2), 3) * 2, x)
+
+
+def test_cat_and_pad(device):
+    x, y = rand(4, 3, device=device), rand(4, 5, device=device)
+    check(lambda a, b: (torch.cat([a, b], 1) * 2, torch.cat([a.t(), b.t() + 1], 0),
+                        F.pad(a, (1, 2, 0, 1), value=-1.5), F.pad(b + 1, (-1, 1)), torch.stack([a, a * 2])), x, y)
+
+
+def test_index_gather_embedding(device):
+    table = rand(11, 6, device=device)
+    idx = torch.tensor([[0, 3, 10], [-1, 5, 5]], device=device)
+    check(lambda t, i: (t[i] * 2, t[:, torch.tensor([1, 0, 5], device=t.device)] + 1,
+                        torch.gather(t, 1, (i.abs() % 6).repeat(1, 2)[:, :4].expand(2, 4)),
+                        F.embedding(i.abs(), t) + 1, t.index_select(0, i.abs().flatten())), table, idx)
+
+
+def test_clone_and_copy(device):
+    x = rand(5, 3, device=device)
+    check(lambda a: (a.clone(), a.t().contiguous(), a.to(torch.float64) * 2, torch.empty_like(a).copy_(a.t().t())),
+          x)
+
+
+def test_output_keeps_eager_strides(device):
+    x = rand(6, 8, device=device)
+    check(lambda a: ((a + 1).t(), torch.permute(a * 2, (1, 0)).contiguous(), a.t() * 3), x)
+
+
+def test_fallback_ops_run_inside_compiled_graph(device):
+    import tritonfuse
+    x, w = rand(6, 8, device=device), rand(8, 4, device=device)
+    check(lambda a, b: (torch.relu(a @ b) + 1, torch.sort(a, dim=1).values * 2, torch.cumsum(a, 0)), x, w,
+          atol=1e-4, rtol=1e-4)
+    assert any("mm" in op for op in tritonfuse.metrics.fallbacks)
+    assert any("sort" in op for op in tritonfuse.metrics.fallbacks)
+    assert all(reason for reason in tritonfuse.metrics.fallbacks.values())
+
+
+def test_buffers_used_only_inside_a_kernel_are_not_allocated(device):
+    x = rand(16, 64, device=device)
+    sources = check(lambda a: torch.softmax(a * 2, -1) + 1, x)
+    wrapper = sources[0]
+    assert wrapper.count("empty_strided(") == 1, wrapper
+    assert kernel_count() == 1
+
+
+def test_horizontal_fusion_of_shared_reads(device):
+    x = rand(8, 32, device=device)
+    check(lambda a: (a.sum(-1), a.amax(-1), (a * a).sum(-1)), x, rtol=1e-4)
+    assert kernel_count() == 1
+
+
+def test_empty_tensors(device):
+    x = rand(0, 4, device=device)
+    check(lambda a: (a + 1, a.sum(1)), x)
