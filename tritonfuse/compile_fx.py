@@ -32,9 +32,8 @@ class CompiledGraph:
     Triton compiles kernels at their first launch: if the first call fails inside
     generated code, the graph runs eagerly from then on (logged), so a compiler bug
     never crashes the user's model."""
-    _boxed_call = True
-
     def __init__(self, module, path, eager_fn=None):
+        self._boxed_call = True   # an instance attribute: wrappers copy __dict__
         self.module = module
         self.path = path
         self.call = module.call

@@ -17,6 +17,7 @@ from .ir import (
     Buffer, ComputedBuffer, FallbackKernel, FallbackOutput, InputBuffer, Layout, Pointwise, StorageBox,
     TensorBox, as_strided_buffer, storage_of, strided_layout_of,
 )
+from .codegen.registry import prefers_materialized_reuse
 from .lowering import Unsupported, lowerings
 
 log = logging.getLogger("tritonfuse")
@@ -125,10 +126,16 @@ class GraphLowering(torch.fx.Interpreter):
 
     # ---- realization rules ----------------------------------------------------------
     def _maybe_realize_reused(self, value: TensorBox, users: int):
+        """A pointwise value read by several consumers is recomputed by each, unless that
+        is costly: many users, many loads, or (on backends that prefer it, like the C++
+        one, where a row-sized buffer stays in cache) transcendental math."""
         box = storage_of(value)
         if box is None or box.is_realized() or not isinstance(box.data, Pointwise):
             return
-        if users > realize_reads_threshold or count_loads(box.data) > realize_loads_threshold:
+        loads, expensive = count_ops(box.data)
+        if users > realize_reads_threshold or loads > realize_loads_threshold:
+            box.realize()
+        elif expensive and prefers_materialized_reuse(box.data.get_device().type):
             box.realize()
 
     def _realize_output(self, value, meta):
@@ -202,9 +209,14 @@ def _is_dense(size, stride):
     return True
 
 
-class _LoadCounter:
+EXPENSIVE_OPS = {"exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "sigmoid", "erf", "pow", "sin", "cos",
+                 "tan"}
+
+
+class _OpCounter:
     def __init__(self):
         self.loads = 0
+        self.expensive = 0
 
     def load(self, name, index):
         self.loads += 1
@@ -217,13 +229,16 @@ class _LoadCounter:
         return body()
 
     def __getattr__(self, name):
+        if name in EXPENSIVE_OPS:
+            self.expensive += 1
         return lambda *args, **kwargs: "v"
 
 
-def count_loads(pointwise: Pointwise) -> int:
+def count_ops(pointwise: Pointwise):
+    """(loads, transcendental ops) in one evaluation of ``pointwise``."""
     from .virtualized import set_ops_handler
-    counter = _LoadCounter()
+    counter = _OpCounter()
     with set_ops_handler(counter):
         pointwise.inner_fn(sym.index_vars("i", len(pointwise.ranges)))
-    return counter.loads
+    return counter.loads, counter.expensive
 

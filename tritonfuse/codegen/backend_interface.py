@@ -6,6 +6,10 @@ class BackendScheduling:
     groups may share a kernel (after the scheduler's own legality checks) and turns each
     group into a kernel definition plus a call in the wrapper."""
 
+    # Lowering realizes a transcendental value read by several consumers (instead of
+    # recomputing it) when the device's backend sets this.
+    materialize_expensive_reuse = False
+
     def __init__(self, scheduler, wrapper, graph):
         self.scheduler = scheduler
         self.wrapper = wrapper

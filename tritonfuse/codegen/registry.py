@@ -43,3 +43,13 @@ def _register_defaults():
 
 
 _register_defaults()
+
+
+def prefers_materialized_reuse(device_type: str) -> bool:
+    """Whether the backend for ``device_type`` would rather keep a costly value that
+    several consumers read (in a local buffer) than recompute it for each."""
+    try:
+        cls = get_scheduling_class(device_type)
+    except KeyError:
+        return False
+    return getattr(cls, "materialize_expensive_reuse", False)

@@ -29,8 +29,11 @@ def _accumulate_dtype(dtype):
 
 
 def make_reduction(x: TensorBox, dims, keepdim, reduction_type, result_dtype, src_dtype, value_fn=None,
-                   origin=None):
-    """Reduce ``x`` over ``dims``; ``value_fn(value, kept_index)`` may transform each element."""
+                   origin=None, value_dtype=None):
+    """Reduce ``x`` over ``dims`` accumulating in ``src_dtype``. Elements are read as
+    ``value_dtype`` (default ``src_dtype``) and ``value_fn(value, kept_index)`` may
+    transform each one (its result must be ``src_dtype``)."""
+    value_dtype = value_dtype or src_dtype
     if x.get_dtype() not in SUPPORTED_DTYPES:
         raise Unsupported(f"dtype {x.get_dtype()}")
     size = list(x.get_size())
@@ -53,13 +56,26 @@ def make_reduction(x: TensorBox, dims, keepdim, reduction_type, result_dtype, sr
         for d, r in zip(dims, rindex):
             full[d] = r
         value = loader(full)
-        if source_dtype != src_dtype:
-            value = ops.to_dtype(value, src_dtype)
+        if source_dtype != value_dtype:
+            value = ops.to_dtype(value, value_dtype)
         if value_fn is not None:
             value = value_fn(value, index)
         return value
 
     origins = tuple(dict.fromkeys(origins_of([x]) + (origin or reduction_type,)))
+    if sym.to_int(sym.product(reduction_ranges)) == 1:
+        # nothing to reduce: a pointwise copy (argmax/argmin of one element is 0)
+        zeros = [sympy.Integer(0)] * len(reduction_ranges)
+
+        def single(index):
+            if reduction_type in ("argmax", "argmin"):
+                return ops.constant(0, torch.int64)
+            value = inner_fn(index, zeros)
+            return value if src_dtype == result_dtype else ops.to_dtype(value, result_dtype)
+        result = TensorBox.create(Pointwise(x.get_device(), result_dtype, single, ranges, origins=origins))
+        if keepdim:
+            result = view(result, [sympy.Integer(1) if d in dims else size[d] for d in range(ndim)])
+        return result
     reduction = Reduction(x.get_device(), result_dtype, inner_fn, ranges, origins=origins,
                           reduction_ranges=reduction_ranges, reduction_type=reduction_type, src_dtype=src_dtype)
     box = StorageBox(reduction)
@@ -155,8 +171,8 @@ def _boolean(reduction_type):
     def lowering(x, dim=None, keepdim=False):
         dtype = x.get_dtype()
         as_bool = None if dtype == torch.bool else (lambda v, idx: ops.ne(v, ops.constant(0, dtype)))
-        result = make_reduction(x, dim, keepdim, reduction_type, torch.bool, dtype if as_bool else torch.bool,
-                                value_fn=as_bool, origin=reduction_type)
+        result = make_reduction(x, dim, keepdim, reduction_type, torch.bool, torch.bool, value_fn=as_bool,
+                                origin=reduction_type, value_dtype=dtype)
         if dtype == torch.uint8:
             return _map(result, lambda v: ops.to_dtype(v, torch.uint8), torch.uint8, reduction_type)
         return result

@@ -22,6 +22,7 @@ from ... import sym
 from ...dependencies import plan_and_deps
 from ...virtualized import set_ops_handler
 from ..common import CSE, CSEVariable, IndentedBuffer, IndexPrinter, KernelArgs
+from ..loops import Segment, buffers_crossing_loops, plan_segments
 from .overrides import TRITON_TYPES
 
 INT32_MAX = 2**31 - 1
@@ -121,51 +122,25 @@ class TritonKernel:
                 biggest = max(biggest, buffer.layout.storage_size())
         return biggest > INT32_MAX
 
-    def plan_loops(self, layouts):
-        """Assign each node a segment (looped reductions only): a node that reads a
-        reduction computed in the open loop starts a new loop; x-only nodes run between
-        loops. Buffers that cross loops must go through memory."""
-        assignment, pending, segment, open_loop = [], set(), 0, False
-        for node, _, _, kind in layouts:
-            depends = bool(node.read_names & pending)
-            if kind == "x":
-                if open_loop:
-                    segment, open_loop, pending = segment + 1, False, set()
-            else:
-                if open_loop and depends:
-                    segment, open_loop, pending = segment + 1, False, set()
-                if not open_loop:
-                    segment, open_loop = segment + 1, True
-            assignment.append((segment, open_loop))
-            if node.is_reduction():
-                pending.add(node.name)
-        produced_in = {}
-        for (node, _, _, kind), (seg, _) in zip(layouts, assignment):
-            produced_in[node.name] = (seg, kind)
-        for (node, _, _, _), (seg, _) in zip(layouts, assignment):
-            for name in node.read_names:
-                if name in produced_in:
-                    p_seg, p_kind = produced_in[name]
-                    if p_kind == "xr" and p_seg != seg:
-                        self.internal.discard(name)
-        return assignment
-
     # ---- driving ----------------------------------------------------------------------
     def generate(self):
         layouts = self.group.node_layouts()
-        assignment = self.plan_loops(layouts) if self.looped else [(0, False)] * len(layouts)
-        current = 0
-        for (node, x_sizes, r_sizes, kind), (seg_id, is_loop) in zip(layouts, assignment):
-            while current < seg_id:
+        if self.looped:
+            planned = plan_segments(layouts)
+            self.internal -= buffers_crossing_loops(planned)   # these go through memory
+        else:
+            planned = [Segment(0, False, layouts)]
+        for seg in planned:
+            if seg.index > 0 or seg.is_loop:
                 self._close_segment()
-                self.segments.append(_Segment(loop=is_loop, cse_snapshot=dict(self.cse.cache)))
-                current += 1
-            self._set_node(node, x_sizes, r_sizes, kind)
-            with set_ops_handler(self):
-                if node.is_reduction():
-                    node.buffer.body(self.plan.raw_x, self.plan.raw_r)
-                else:
-                    node.buffer.body(self.plan.raw_x + self.plan.raw_r, [])
+                self.segments.append(_Segment(loop=seg.is_loop, cse_snapshot=dict(self.cse.cache)))
+            for node, x_sizes, r_sizes, kind in seg.layouts:
+                self._set_node(node, x_sizes, r_sizes, kind)
+                with set_ops_handler(self):
+                    if node.is_reduction():
+                        node.buffer.body(self.plan.raw_x, self.plan.raw_r)
+                    else:
+                        node.buffer.body(self.plan.raw_x + self.plan.raw_r, [])
         self._close_segment()
 
     def _set_node(self, node, x_sizes, r_sizes, kind):

@@ -1,0 +1,79 @@
+"""CppScheduling: the OpenMP C++ backend's side of the scheduler interface.
+
+All kernels of one compiled graph go into one translation unit, built once (cached on
+disk by source + flags) when the generated module loads; each kernel is called through
+ctypes with its tensors' data pointers.
+"""
+
+
+from tritonfuse import metrics
+from tritonfuse.codegen.backend_interface import BackendScheduling
+from tritonfuse.codegen.loops import plan_segments
+from tritonfuse.dependencies import plan_and_deps
+
+from .build import default_num_threads
+from .kernel import CppKernel
+
+HEADER = """// tritonfuse generated C++ kernels
+#include "tf_kernel.h"
+"""
+
+
+class CppScheduling(BackendScheduling):
+    # exp(x - max) in softmax is read by the sum and the division: keep it in a
+    # row-sized local buffer rather than compute exp twice
+    materialize_expensive_reuse = True
+
+    def __init__(self, scheduler, wrapper, graph):
+        super().__init__(scheduler, wrapper, graph)
+        self.kernels = []   # (name, source, number of pointer args)
+        self.library = None
+
+    # ---- fusion rules -----------------------------------------------------------------
+    def can_fuse_vertical(self, first, second, merged) -> bool:
+        return self._same_loop_nest(merged)
+
+    def can_fuse_horizontal(self, first, second, merged) -> bool:
+        return self._same_loop_nest(merged)
+
+    @staticmethod
+    def _same_loop_nest(merged) -> bool:
+        """Every node must walk the same (merged) row dims, and the same reduced dims when
+        it has any: the C++ kernel is one loop nest."""
+        x_shapes, r_shapes = set(), set()
+        for node, xs, rs, kind in merged.node_layouts():
+            plan, _, _ = plan_and_deps(node.buffer, xs, rs)
+            x_shapes.add(tuple(plan.x_sizes))
+            if kind != "x":
+                r_shapes.add(tuple(plan.r_sizes))
+        return len(x_shapes) == 1 and len(r_shapes) <= 1
+
+    # ---- code generation --------------------------------------------------------------
+    def codegen_node(self, group) -> None:
+        internal = self.scheduler.internal_buffers(group)
+        name = self.wrapper.kernel_name("cpp", group.origins)
+        kernel = CppKernel(group, internal, self.graph, name, default_num_threads())
+        source = kernel.generate()
+        if group.r_numel > 1:
+            segments = plan_segments(group.node_layouts())
+            loops = sum(1 for s in segments if s.is_loop)
+            if loops > 1:
+                metrics.outer_loop_fusions.append(metrics.OuterLoopFusion(loops, len(kernel.local_buffers)))
+        call_args = kernel.args.call_order()
+        self.kernels.append((name, source, len(call_args)))
+        self.wrapper.add_kernel_source(source)
+        self.wrapper.allocate_outputs(group, kernel.internal)
+        pointers = ", ".join(f"{buffer}.data_ptr()" for _, buffer in call_args)
+        self.wrapper.writeline(f"{name}({pointers})")
+        metrics.record_kernel(name)
+
+    def flush(self) -> None:
+        if not self.kernels:
+            return
+        source = HEADER + "\n" + "\n".join(src for _, src, _ in self.kernels)
+        lines = ["from cpu_backend.build import KernelCallable, load_kernel_library",
+                 "cpp_library = load_kernel_library('''" + source.replace("\\", "\\\\") + "''')"]
+        for name, _, nargs in self.kernels:
+            lines.append(f"{name} = KernelCallable(cpp_library, {name!r}, {nargs})")
+        self.wrapper.define_raw("\n".join(lines) + "\n")
+

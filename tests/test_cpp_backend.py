@@ -1,0 +1,80 @@
+"""The OpenMP C++ backend: outer-loop fusion with local buffers, vector tails, outer-dim
+reductions, the build cache. Runs only where cpu_backend is registered (a C++ compiler)."""
+import pytest
+import torch
+
+import tritonfuse
+from common import check, kernel_count, rand
+from conftest import DEVICE_MATRIX
+
+pytestmark = pytest.mark.skipif(not any(e[0] == "cpu" for e in DEVICE_MATRIX),
+                                reason="no C++ compiler with OpenMP on this machine")
+
+
+@pytest.fixture(autouse=True)
+def cpp_backend(monkeypatch):
+    monkeypatch.setattr(tritonfuse.config, "cpu_backend", "cpp")
+
+
+def test_softmax_local_buffer_matches_reference_pr():
+    # the check of the reference PR (Inductor #126967), same shape
+    x = torch.randn(4, 12, 1023, 1022)
+    sources = check(lambda a: a - torch.softmax(a, -1), x)
+    assert len(tritonfuse.metrics.outer_loop_fusions) == 1
+    fusion = tritonfuse.metrics.outer_loop_fusions[0]
+    assert fusion.inner_kernel_count == 3
+    assert fusion.local_buffer_count == 1
+    wrapper = sources[0]
+    assert wrapper.count("empty_strided(") == 1, wrapper   # the output only: no global exp buffer
+    assert "LocalBuffer" in sources[1]
+
+
+def test_outer_loop_fusion_of_layer_norm():
+    x, w, b = rand(64, 300), rand(300), rand(300)
+    check(lambda a, w, b: torch.nn.functional.layer_norm(a, (300,), w, b), x, w, b, atol=1e-4, rtol=1e-4)
+    assert kernel_count() == 1
+    assert tritonfuse.metrics.outer_loop_fusions
+
+
+@pytest.mark.parametrize("cols", [1, 7, 15, 16, 17, 33, 100])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_vector_tails(cols, dtype):
+    x = rand(5, cols, dtype=dtype)
+    check(lambda a: (torch.exp(a) * 2 + 1, a.sum(-1), a.amax(-1), torch.tanh(a).mean(-1), torch.erf(a)), x,
+          atol=3e-2 if dtype != torch.float32 else 1e-5, rtol=2e-2 if dtype != torch.float32 else 1e-5)
+
+
+@pytest.mark.parametrize("shape", [(1000, 37), (64, 3), (5000, 16)])
+def test_outer_dim_reductions(shape):
+    x = rand(*shape)
+    check(lambda a: (a.sum(0), a.amax(0), a.argmax(0), a.mean(0)), x, atol=1e-4, rtol=1e-4)
+
+
+def test_full_reduction_of_a_large_tensor():
+    x = rand(300, 700)
+    check(lambda a: (a.sum(), a.amax(), a.argmin()), x, atol=1e-2, rtol=1e-4)
+
+
+def test_transposed_and_gathered_access():
+    x = rand(40, 50).t()
+    idx = torch.randint(0, 50, (30,))
+    check(lambda a, i: (a + 1, a.sum(1), a[i] * 2, a.t().contiguous()), x, idx)
+
+
+def test_build_cache_second_process_compiles_nothing(tmp_path):
+    import os
+    import subprocess
+    import sys
+    code = ("import torch, tritonfuse\n"
+            "tritonfuse.config.graph_cache = False\n"
+            "f = torch.compile(lambda a: torch.softmax(a, -1) * 2, backend='tritonfuse')\n"
+            "x = torch.randn(8, 100)\n"
+            "torch.testing.assert_close(f(x), torch.softmax(x, -1) * 2)\n"
+            "print('builds', tritonfuse.metrics.cpp_builds, 'hits', tritonfuse.metrics.cpp_build_cache_hits)\n")
+    env = dict(os.environ, TRITONFUSE_CACHE_DIR=str(tmp_path), TRITONFUSE_CPU_BACKEND="cpp")
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+    assert "builds 1 hits 0" in runs[0].stdout, runs[0].stdout
+    assert "builds 0 hits 1" in runs[1].stdout, runs[1].stdout

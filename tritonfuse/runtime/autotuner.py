@@ -1,0 +1,152 @@
+"""Benchmark candidate launch configs and pick the fastest.
+
+`select_best` times every candidate on the real arguments, then puts back the contents of
+the tensors the kernel writes, so the call that follows sees exactly what it would have
+seen without tuning. Candidates that fail to compile or launch are skipped.
+"""
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .heuristics import Config
+
+log = logging.getLogger("tritonfuse.autotune")
+
+# triton.testing.do_bench budgets in ms (both arguments exist in triton 3.6 and 3.9).
+BENCH_WARMUP_MS = 5
+BENCH_REP_MS = 20
+# Rounds over all candidates on CUDA, keeping each one's best: the GPU idles (and its
+# clocks drop) while a candidate compiles, which would otherwise penalize whichever
+# candidate is measured first after a compile.
+CUDA_BENCH_ROUNDS = 2
+# perf_counter loop (CPU / interpreter): time budget and bounds on repetitions.
+CPU_BENCH_BUDGET_S = 0.02
+CPU_BENCH_MAX_REPS = 10
+
+Timer = Callable[[Callable[[], Any]], float]
+
+
+class AutotuneStats:
+    """Process-wide counters, read by scripts/warmup_autotune.py."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.tuned = 0            # kernels benchmarked by select_best
+        self.cache_hits = 0       # kernels whose config came from the autotune cache
+        self.tuning_seconds = 0.0  # wall time spent in select_best
+
+    def __repr__(self) -> str:
+        return (f"AutotuneStats(tuned={self.tuned}, cache_hits={self.cache_hits}, "
+                f"tuning_seconds={self.tuning_seconds:.3f})")
+
+
+stats = AutotuneStats()
+
+
+class AutotuneError(RuntimeError):
+    """Every candidate config failed."""
+
+
+def _cuda_benchmark(fn: Callable[[], Any]) -> float:
+    import triton.testing
+    return float(triton.testing.do_bench(fn, warmup=BENCH_WARMUP_MS, rep=BENCH_REP_MS,
+                                         return_mode="median"))
+
+
+def _cpu_benchmark(fn: Callable[[], Any]) -> float:
+    fn()  # warm-up: compilation, first-touch of memory
+    times: list[float] = []
+    deadline = time.perf_counter() + CPU_BENCH_BUDGET_S
+    while not times or (len(times) < CPU_BENCH_MAX_REPS and time.perf_counter() < deadline):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def benchmark(fn: Callable[[], Any], timer: Timer | None = None, *,
+              device_type: str | None = None) -> float:
+    """Milliseconds one call of `fn` takes (median).
+
+    timer: a callable taking `fn` and returning ms (tests pass a fake one). Otherwise
+    CUDA work is timed by `triton.testing.do_bench` and anything else by a perf_counter
+    loop. device_type: "cuda" or "cpu"; None means cuda if torch sees a GPU.
+    """
+    if timer is not None:
+        return float(timer(fn))
+    if device_type is None:
+        device_type = "cuda" if torch.cuda.is_available() else "cpu"
+    return _cuda_benchmark(fn) if device_type == "cuda" else _cpu_benchmark(fn)
+
+
+def _device_type_of(args: Sequence[Any]) -> str:
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            return "cuda" if arg.is_cuda else "cpu"
+    return "cpu"
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"
+
+
+def select_best(candidates: Sequence[Config], launch: Callable[[Config], None],
+                args: Sequence[Any], mutated_arg_indices: Sequence[int],
+                timer: Timer | None = None, *, name: str = "kernel"
+                ) -> tuple[Config, dict[str, float]]:
+    """Benchmark every candidate with `launch(config)` and return (fastest, timings).
+
+    args are the kernel's run() arguments that `launch` uses; the tensors at
+    `mutated_arg_indices` are snapshotted first and their contents restored before each
+    candidate and at the end, so in-place and accumulating kernels are left untouched.
+    A candidate that raises (compile error, out of resources, ...) is skipped with one
+    log line; if all fail, AutotuneError is raised. timings maps str(config) -> ms.
+    """
+    if not candidates:
+        raise ValueError(f"autotune {name}: no candidate configs")
+    start = time.perf_counter()
+    device_type = _device_type_of(args)
+    saved = [(args[i], args[i].clone()) for i in mutated_arg_indices
+             if isinstance(args[i], torch.Tensor)]
+
+    def restore() -> None:
+        for tensor, copy in saved:
+            tensor.copy_(copy)
+
+    timings: dict[str, float] = {}
+    errors: list[str] = []
+    live = list(candidates)
+    rounds = CUDA_BENCH_ROUNDS if timer is None and device_type == "cuda" else 1
+    try:
+        for _ in range(rounds):
+            for config in list(live):
+                restore()
+                try:
+                    ms = benchmark(lambda: launch(config), timer, device_type=device_type)
+                except Exception as e:  # noqa: BLE001 - any failure disqualifies the config
+                    log.info("autotune %s: skipping %s: %s", name, config, _first_line(e))
+                    errors.append(f"{config}: {_first_line(e)}")
+                    live.remove(config)
+                    timings.pop(str(config), None)
+                    continue
+                timings[str(config)] = min(ms, timings.get(str(config), ms))
+    finally:
+        restore()
+        if device_type == "cuda":
+            torch.cuda.synchronize()
+        stats.tuning_seconds += time.perf_counter() - start
+    if not live:
+        raise AutotuneError(f"autotune {name}: all {len(candidates)} candidate configs failed:\n  "
+                            + "\n  ".join(errors))
+    best = min(live, key=lambda c: timings[str(c)])   # ties: the earlier (heuristic) one
+    stats.tuned += 1
+    log.debug("autotune %s: picked %s (%.4f ms) from %s", name, best, timings[str(best)], timings)
+    return best, timings
