@@ -51,7 +51,9 @@ def device(request, monkeypatch):
 @pytest.fixture(autouse=True)
 def _fresh_state(tmp_path_factory, monkeypatch):
     """Each test starts with fresh dynamo caches and metrics, and its own graph cache."""
-    monkeypatch.setattr(config, "cache_dir", str(tmp_path_factory.getbasetemp() / "tritonfuse_cache"))
+    base = tmp_path_factory.getbasetemp()
+    monkeypatch.setattr(config, "cache_dir", str(base / "tritonfuse_cache"))
+    monkeypatch.setenv("TRITONFUSE_AUTOTUNE_CACHE_DIR", str(base / "autotune_cache"))
     torch._dynamo.reset()
     metrics.reset()
     yield

@@ -97,9 +97,13 @@ def test_inner_reduction_reads_long_rows_outer_tiles_x():
 
 def test_persistent_reduction_packs_short_rows():
     long_rows = candidate_configs("persistent_reduction", {"x": 8192, "r": 1000}, "none")[0]
-    assert long_rows.kwargs == {"XBLOCK": 1, "RBLOCK": 1024}
+    assert long_rows.kwargs == {"XBLOCK": 4, "RBLOCK": 1024}
     short_rows = candidate_configs("persistent_reduction", {"x": 8192, "r": 50}, "none")[0]
     assert short_rows.kwargs["RBLOCK"] == 64 and short_rows.kwargs["XBLOCK"] >= 8
+    few_rows = candidate_configs("persistent_reduction", {"x": 128, "r": 1000}, "none")[0]
+    assert few_rows.kwargs["XBLOCK"] == 1                       # keep the SMs busy
+    huge_rows = candidate_configs("persistent_reduction", {"x": 8192, "r": 8000}, "default")
+    assert all(c.kwargs == {"XBLOCK": 1, "RBLOCK": 8192} for c in huge_rows)
 
 
 def test_pointwise_block_and_warps_scale_with_numel():

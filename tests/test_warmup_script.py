@@ -60,9 +60,16 @@ def test_warmup_failing_target_sets_exit_status(tmp_path):
     assert "FAIL" in proc.stdout and "always fails" in proc.stdout
 
 
-def test_warmup_bad_arguments(tmp_path):
-    proc, _ = run_warmup(tmp_path, "--target", "no_colon_here", "--shapes", "4")
-    assert proc.returncode == 2 and "module:function" in proc.stderr
+def test_warmup_bad_arguments(capsys):
+    sys.path.insert(0, str(REPO))
+    from scripts import warmup_autotune
+    assert warmup_autotune.main(["--no-builtin", "--target", "no_colon_here", "--shapes", "4"]) == 2
+    assert "module:function" in capsys.readouterr().err
+    assert warmup_autotune.main(["--no-builtin", "--target", "a:b", "--target", "c:d",
+                                 "--shapes", "4", "--shapes", "4", "--shapes", "4"]) == 2
+    assert warmup_autotune.parse_shapes("8x128, 4") == [(8, 128), (4,)]
+    with pytest.raises(SystemExit):
+        warmup_autotune.main(["--no-builtin"])            # nothing to do
 
 
 @pytest.mark.skipif(not _backend_importable(), reason="tritonfuse.backend is not importable yet")
