@@ -43,6 +43,8 @@ STORAGE_TYPES = {
 }
 HALF_TYPES = {torch.float16: "half", torch.bfloat16: "bf16"}
 PARALLEL_THRESHOLD = 32768   # elements of work below which a kernel runs on one thread
+UNROLL = 4                   # vector chunks per step of an inner reduction loop
+TILE_ROWS, TILE_COLS = 16, 64  # blocks walked by pointwise kernels that read transposed data
 
 
 def compute_dtype(dtype):
@@ -136,6 +138,7 @@ class CppKernel:
             self.local_buffers = {}
         self.finished_reductions = {}
         self._vector_indirect = set()
+        self.tiled = self.axis == "x" and self._needs_tiling(layouts)
         self.stored = {}        # buffer -> (value, segment index, from an r loop)
         self.code = IndentedBuffer()
         self.mask_stack = []
@@ -178,6 +181,8 @@ class CppKernel:
 
     # ---- driving ----------------------------------------------------------------------
     def generate(self) -> str:
+        if self._rows_outer_reduction():
+            return self._generate_rows_outer_reduction()
         body = IndentedBuffer()
         if self.axis == "x":
             self._emit_vector_x_chunk(body)
@@ -185,6 +190,97 @@ class CppKernel:
             for seg in self.segments:
                 self._emit_segment(body, seg)
         return self._function(body)
+
+    # ---- reductions over an outer dim (x.sum(0)): rows outside, per-thread partials ----
+    def _rows_outer_reduction(self) -> bool:
+        """An outer reduction whose loop holds only sum/prod/max/min/any/all nodes:
+        stream the input row by row (contiguous) into a per-thread accumulator row."""
+        if self.axis != "x" or not self.is_reduction or not self.segments[0].is_loop:
+            return False
+        if len(self.segments) > 2 or any(s.is_loop for s in self.segments[1:]):
+            return False
+        for node, _, _, kind in self.segments[0].layouts:
+            if kind != "reduction" or node.buffer.data.reduction_type in ("argmax", "argmin"):
+                return False
+        return True
+
+    def _generate_rows_outer_reduction(self) -> str:
+        x_total = math.prod(self.x_sizes)
+        self.rows_outer = True
+        self.partials = []                  # (accumulator name, C type, identity, combine)
+        loop_body, epilogue = IndentedBuffer(), IndentedBuffer()
+        self.pre, self.post = IndentedBuffer(), epilogue
+        self.code, self.vec_mode, self.in_r_loop = loop_body, True, True
+        self.segment_index = 0
+        for layout in self.segments[0].layouts:
+            self._run_node(*layout)
+        self.in_r_loop = False
+        self.finished_reductions = {}
+        self.code = epilogue
+        for seg in self.segments[1:]:
+            self.segment_index = seg.index
+            for layout in seg.layouts:
+                self._run_node(*layout)
+        self.vec_mode = False
+        work = self.group.x_numel * self.group.r_numel
+        threads = self.num_threads if (self.num_threads > 1 and work >= PARALLEL_THRESHOLD) else 1
+        code = IndentedBuffer()
+        code.writeline(f'extern "C" void {self.name}({self._params()}) {{')
+        with code.indent():
+            code.writeline(f"constexpr int64_t kRows = {x_total};   // accumulator row: one slot per output")
+            code.writeline(f"const int nthreads = {threads};")
+            for acc, t, identity, _ in self.partials:
+                code.writeline(f"std::unique_ptr<{t}[]> {acc}_partial(new {t}[nthreads * kRows + tf::kVecLanes]);")
+            code.writeline("#pragma omp parallel num_threads(nthreads)" if threads > 1 else "{")
+            if threads > 1:
+                code.writeline("{")
+            with code.indent():
+                code.writeline("const int tid = " + ("omp_get_thread_num();" if threads > 1 else "0;"))
+                for acc, t, identity, _ in self.partials:
+                    code.writeline(f"{t}* __restrict__ {acc}_row = {acc}_partial.get() + tid * kRows;")
+                    code.writeline(f"for (int64_t i = 0; i < kRows; ++i) {acc}_row[i] = {identity};")
+                if threads > 1:
+                    collapse = f" collapse({len(self.r_sizes)})" if len(self.r_sizes) > 1 else ""
+                    code.writeline(f"#pragma omp for{collapse} schedule(static)")
+                for i, size in enumerate(self.r_sizes):
+                    code.writeline(f"for (int64_t r{i} = 0; r{i} < {size}; ++r{i}) {{")
+                    code._indent += 1
+                self._emit_x_chunks(code, loop_body)
+                for _ in self.r_sizes:
+                    code._indent -= 1
+                    code.writeline("}")
+            code.writeline("}")
+            code.writeline("// combine the threads' rows in a fixed order, then the row-wise epilogue")
+            self._emit_x_chunks(code, epilogue)
+        code.writeline("}")
+        return code.getvalue()
+
+    def _emit_x_chunks(self, code, inner):
+        names = [f"x{i}" for i in range(len(self.x_sizes))]
+        for name, size in zip(names[:-1], self.x_sizes[:-1]):
+            code.writeline(f"for (int64_t {name} = 0; {name} < {size}; ++{name}) {{")
+            code._indent += 1
+        self._emit_vector_loops(code, [], [], inner, vector_dim=("x", len(self.x_sizes) - 1, self.x_sizes[-1]))
+        for _ in names[:-1]:
+            code._indent -= 1
+            code.writeline("}")
+
+    def _x_flat(self) -> str:
+        strides = sym.contiguous_strides([sympy.Integer(s) for s in self.x_sizes])
+        return cexpr(sum((sympy.Symbol(f"x{i}", integer=True) * st for i, st in enumerate(strides)),
+                         sympy.Integer(0)))
+
+    def _rows_outer_reduction_op(self, reduction_type, value, acc, t, identity, dtype):
+        combine = _LANE_COMBINE[reduction_type]
+        self.partials.append((acc, t, identity, combine))
+        flat = self._x_flat()
+        self.code.writeline(f"tf::vstore<TAIL>({acc}_row + {flat}, "
+                            f"{combine.format(a=f'tf::vload<TAIL>({acc}_row + {flat}, count)', b=value)}, count);")
+        result = CppVar(f"{acc}_result", dtype, True)
+        self.post.writeline(f"auto {result} = tf::vload<TAIL>({acc}_partial.get() + {flat}, count);")
+        self.post.writeline(f"for (int t = 1; t < nthreads; ++t) {result} = "
+                            f"{combine.format(a=result, b=f'tf::vload<TAIL>({acc}_partial.get() + t * kRows + {flat}, count)')};")
+        return result
 
     def _run_node(self, node, x_sizes, r_sizes, kind):
         self.plan = self.plans[node.name]
@@ -219,7 +315,7 @@ class CppKernel:
         self.vec_mode = False
         out.writeline(f"// loop {seg.index + 1}: {', '.join(sorted(set(o for n, _, _, _ in seg.layouts for o in n.origins)))}")
         out.splice(pre)
-        self._emit_vector_loops(out, [f"r{i}" for i in range(len(self.r_sizes))], self.r_sizes, inner)
+        self._emit_unrolled_r_loops(out, inner)
         out.splice(post)
         self.code = out
 
@@ -255,7 +351,88 @@ class CppKernel:
                 for layout in seg.layouts:
                     self._run_node(*layout)
         self.vec_mode = False
-        self._emit_vector_loops(out, [], [], inner, vector_dim=("x", len(self.x_sizes) - 1, self.x_sizes[-1]))
+        if self.tiled:
+            self._emit_tiles(out, inner)
+        else:
+            self._emit_vector_loops(out, [], [], inner, vector_dim=("x", len(self.x_sizes) - 1, self.x_sizes[-1]))
+
+    def _needs_tiling(self, layouts) -> bool:
+        """A pointwise kernel that reads some input transposed (contiguous along the
+        second-innermost dim): walk TILE x TILE blocks so the gathered lines get reused."""
+        if self.is_reduction or len(self.x_sizes) < 2:
+            return False
+        inner = sympy.Symbol(f"x{len(self.x_sizes) - 1}", integer=True, nonnegative=True)
+        outer = sympy.Symbol(f"x{len(self.x_sizes) - 2}", integer=True, nonnegative=True)
+        for node, xs, rs, _ in layouts:
+            _, reads, _ = plan_and_deps(node.buffer, xs, rs)
+            if any(_stride(dep.index, inner) not in (0, 1) and _stride(dep.index, outer) == 1 for dep in reads):
+                return True
+        return False
+
+    def _emit_tiles(self, out, inner):
+        k = len(self.x_sizes) - 1
+        rows, cols = self.x_sizes[k - 1], self.x_sizes[k]
+        out.writeline(f"for (int64_t x{k - 1}_tile = 0; x{k - 1}_tile < {rows}; x{k - 1}_tile += {TILE_ROWS}) {{")
+        out.writeline(f"for (int64_t x{k}_tile = 0; x{k}_tile < {cols}; x{k}_tile += {TILE_COLS}) {{")
+        with out.indent():
+            out.writeline(f"const int64_t x{k - 1}_end = std::min<int64_t>(x{k - 1}_tile + {TILE_ROWS}, {rows});")
+            out.writeline(f"const int64_t x{k}_end = std::min<int64_t>(x{k}_tile + {TILE_COLS}, {cols});")
+            out.writeline(f"for (int64_t x{k - 1} = x{k - 1}_tile; x{k - 1} < x{k - 1}_end; ++x{k - 1}) {{")
+            out.writeline(f"for (int64_t x{k} = x{k}_tile; x{k} < x{k}_end; x{k} += tf::kVecLanes) {{")
+            with out.indent():
+                out.writeline(f"const int count = x{k}_end - x{k} < tf::kVecLanes ? int(x{k}_end - x{k}) : tf::kVecLanes;")
+                out.writeline("auto body = [&](auto tail) TF_INLINE_LAMBDA {")
+                with out.indent():
+                    out.writeline("constexpr bool TAIL = decltype(tail)::value;")
+                    out.writeline("(void)TAIL;")
+                    out.splice(inner)
+                out.writeline("};")
+                out.writeline("if (count == tf::kVecLanes) body(std::false_type{}); else body(std::true_type{});")
+            out.writeline("}")
+            out.writeline("}")
+        out.writeline("}")
+        out.writeline("}")
+
+    def _emit_unrolled_r_loops(self, out, inner):
+        """The reduced dims; the innermost in vector chunks, UNROLL chunks per step, each
+        with its own accumulator slot so loop-carried chains run in parallel."""
+        names = [f"r{i}" for i in range(len(self.r_sizes))]
+        out.writeline("{")
+        out._indent += 1
+        for name, size in zip(names[:-1], self.r_sizes[:-1]):
+            out.writeline(f"for (int64_t {name} = 0; {name} < {size}; ++{name}) {{")
+            out._indent += 1
+        var, size = names[-1], self.r_sizes[-1]
+        out.writeline(f"auto body = [&](int64_t {var}, int count, auto tail, auto slot) TF_INLINE_LAMBDA {{")
+        with out.indent():
+            out.writeline("constexpr bool TAIL = decltype(tail)::value;")
+            out.writeline("constexpr int SLOT = decltype(slot)::value;")
+            out.writeline("(void)TAIL; (void)SLOT; (void)count;")
+            out.splice(inner)
+        out.writeline("};")
+        out.writeline(f"int64_t {var}_start = 0;")
+        if size >= UNROLL * 4:
+            step = f"{UNROLL} * tf::kVecLanes"
+            out.writeline(f"for (; {var}_start + {step} <= {size}; {var}_start += {step}) {{")
+            with out.indent():
+                for k in range(UNROLL):
+                    offset = f" + {k} * tf::kVecLanes" if k else ""
+                    out.writeline(f"body({var}_start{offset}, tf::kVecLanes, std::false_type{{}}, "
+                                  f"std::integral_constant<int, {k}>{{}});")
+            out.writeline("}")
+        out.writeline(f"for (; {var}_start < {size}; {var}_start += tf::kVecLanes) {{")
+        with out.indent():
+            out.writeline(f"const int count = {size} - {var}_start < tf::kVecLanes ? int({size} - {var}_start) "
+                          f": tf::kVecLanes;")
+            out.writeline(f"if (count == tf::kVecLanes) body({var}_start, count, std::false_type{{}}, "
+                          f"std::integral_constant<int, 0>{{}});")
+            out.writeline(f"else body({var}_start, count, std::true_type{{}}, std::integral_constant<int, 0>{{}});")
+        out.writeline("}")
+        for _ in names[:-1]:
+            out._indent -= 1
+            out.writeline("}")
+        out._indent -= 1
+        out.writeline("}")
 
     def _emit_vector_loops(self, out, names, sizes, inner, vector_dim=None):
         """Loops over ``names``; the last one runs in vector chunks through a lambda."""
@@ -273,7 +450,7 @@ class CppKernel:
                 out.writeline("const int count = tf::kVecLanes;")
             else:
                 out.writeline(f"const int count = {size} - {var} < tf::kVecLanes ? int({size} - {var}) : tf::kVecLanes;")
-            out.writeline("auto body = [&](auto tail) {")
+            out.writeline("auto body = [&](auto tail) TF_INLINE_LAMBDA {")
             with out.indent():
                 out.writeline("constexpr bool TAIL = decltype(tail)::value;")
                 out.writeline("(void)TAIL;")
@@ -285,18 +462,25 @@ class CppKernel:
             out._indent -= 1
             out.writeline("}")
 
-    def _function(self, body: IndentedBuffer) -> str:
+    def _params(self) -> str:
         params = []
         for param, buffer in self.args.call_order():
             dtype = self.graph.name_to_buffer[buffer].get_dtype()
             const = "const " if param.startswith("in_") else ""
             params.append(f"{const}{STORAGE_TYPES[dtype]}* __restrict__ {param}")
+        return ", ".join(params)
+
+    def _function(self, body: IndentedBuffer) -> str:
         code = IndentedBuffer()
-        code.writeline(f'extern "C" void {self.name}({", ".join(params)}) {{')
+        code.writeline(f'extern "C" void {self.name}({self._params()}) {{')
         with code.indent():
             outer_names = [f"x{i}" for i in range(len(self.x_sizes))]
             outer_sizes = list(self.x_sizes)
-            if self.axis == "x":
+            if self.tiled:
+                outer_names, outer_sizes = outer_names[:-2], outer_sizes[:-2]
+                tiles = -(-self.x_sizes[-2] // TILE_ROWS) * -(-self.x_sizes[-1] // TILE_COLS)
+                outer_count = (math.prod(outer_sizes) if outer_sizes else 1) * tiles
+            elif self.axis == "x":
                 outer_names, outer_sizes = outer_names[:-1], outer_sizes[:-1]
                 chunks = -(-self.x_sizes[-1] // 16)
                 outer_count = (math.prod(outer_sizes) if outer_sizes else 1) * chunks
@@ -304,7 +488,7 @@ class CppKernel:
                 outer_count = math.prod(outer_sizes) if outer_sizes else 1
             work = self.group.x_numel * self.group.r_numel
             parallel = self.num_threads > 1 and work >= PARALLEL_THRESHOLD and outer_count > 1
-            loops = len(outer_names) + (1 if self.axis == "x" else 0)
+            loops = len(outer_names) + (2 if self.tiled else 1 if self.axis == "x" else 0)
             if parallel:
                 code.writeline(f"#pragma omp parallel num_threads({self.num_threads})")
                 code.writeline("{")
@@ -543,6 +727,13 @@ class CppKernel:
         def emit(*operands):
             template = cpp_op(name, operands[0].dtype)
             vec = any(o.vec for o in operands)
+            if (name == "truediv" and vec and not operands[1].vec and operands[1].dtype.is_floating_point
+                    and operands[0].dtype == operands[1].dtype):
+                # a vector divided by a row-wise scalar (softmax, norms): multiply by the
+                # reciprocal, computed once per row, as ATen's kernels do (within 1 ulp)
+                t = ctype(operands[1].dtype)
+                inverse = self._emit(f"{t}(1) / {operands[1]}", operands[1].dtype, False)
+                return self._emit(f"({operands[0]} * tf::Vec<{t}>({inverse}))", operands[0].dtype, True)
             texts = [self._vec_if(o, vec) for o in operands]
             if name == "where" and not vec:
                 return self._emit(f"({texts[0]} ? {texts[1]} : {texts[2]})", operands[1].dtype, False)
@@ -562,36 +753,80 @@ class CppKernel:
         self.acc_counter += 1
         vec = value.vec
         lane_wise = self.axis == "x"          # lanes are different rows: no horizontal reduce
-        if reduction_type in ("argmax", "argmin"):
+        if getattr(self, "rows_outer", False):
+            result = self._rows_outer_reduction_op(reduction_type, self._vec_if(value, True), acc, t, identity, dtype)
+        elif reduction_type in ("argmax", "argmin"):
             result = self._arg_reduction(reduction_type, value, acc, t, lane_wise)
+        elif reduction_type in ("max", "min") and vec and acc_dtype.is_floating_point:
+            result = self._float_extremum(reduction_type, value, acc, t, identity, dtype, lane_wise)
+        elif vec and not lane_wise:
+            acc_type = "tf::Vec<bool>" if acc_dtype == torch.bool else f"tf::Vec<{t}>"
+            self._declare_slots(acc_type, acc, identity)
+            v = f"tf::tail_fill<TAIL>({value}, {identity}, count)"
+            self.code.writeline(f"{acc}[SLOT] = {_COMBINE[reduction_type].format(acc=f'{acc}[SLOT]', value=v)};")
+            total = self._combine_slots(acc, lambda a, b: _COMBINE[reduction_type].format(acc=a, value=b))
+            result = CppVar(f"{acc}_result", dtype, False)
+            self.post.writeline(f"const {ctype(dtype) if dtype != torch.bool else 'bool'} {result} = "
+                                f"tf::{_HORIZONTAL[reduction_type]}({total});")
         else:
             acc_type = ("tf::Vec<bool>" if acc_dtype == torch.bool else f"tf::Vec<{t}>") if vec else t
             self.pre.writeline(f"{acc_type} {acc}({identity});")
-            v = str(value)
-            if vec and not lane_wise:
-                v = f"tf::tail_fill<TAIL>({value}, {identity}, count)"
-            self.code.writeline(f"{acc} = {_COMBINE[reduction_type].format(acc=acc, value=v)};")
-            if vec and not lane_wise:
-                final = f"tf::{_HORIZONTAL[reduction_type]}({acc})"
-                result = CppVar(f"{acc}_result", dtype, False)
-                self.post.writeline(f"const {ctype(dtype) if dtype != torch.bool else 'bool'} {result} = {final};")
-            else:
-                result = CppVar(acc, dtype, vec)
+            self.code.writeline(f"{acc} = {_COMBINE[reduction_type].format(acc=acc, value=value)};")
+            result = CppVar(acc, dtype, vec)
         self.finished_reductions[key] = result
         self.cse.cache[key] = result
+        return result
+
+    def _declare_slots(self, acc_type, acc, identity):
+        init = ", ".join([f"{acc_type}({identity})"] * UNROLL)
+        self.pre.writeline(f"{acc_type} {acc}[{UNROLL}] = {{{init}}};")
+
+    def _combine_slots(self, acc, combine) -> str:
+        total = f"{acc}[0]"
+        for k in range(1, UNROLL):
+            total = combine(total, f"{acc}[{k}]")
+        return total
+
+    def _float_extremum(self, reduction_type, value, acc, t, identity, dtype, lane_wise):
+        """max/min over vectors: a one-instruction combine plus a separate NaN flag."""
+        nan = cpp_constant(float("nan"), dtype)
+        extremum = f"tf::{reduction_type}_ignoring_nan"
+        if lane_wise:
+            self.pre.writeline(f"tf::Vec<{t}> {acc}({identity});")
+            self.pre.writeline(f"tf::Vec<bool> {acc}_nan(false);")
+            self.code.writeline(f"{acc} = {extremum}({acc}, {value});")
+            self.code.writeline(f"{acc}_nan = {acc}_nan | tf::isnan({value});")
+            result = CppVar(f"{acc}_result", dtype, True)
+            self.post.writeline(f"const auto {result} = tf::where({acc}_nan, tf::Vec<{t}>({nan}), {acc});")
+            return result
+        self._declare_slots(f"tf::Vec<{t}>", acc, identity)
+        self._declare_slots("tf::Vec<bool>", f"{acc}_nan", "false")
+        v = f"tf::tail_fill<TAIL>({value}, {identity}, count)"
+        self.code.writeline(f"{acc}[SLOT] = {extremum}({acc}[SLOT], {v});")
+        self.code.writeline(f"{acc}_nan[SLOT] = {acc}_nan[SLOT] | tf::isnan({v});")
+        values = self._combine_slots(acc, lambda a, b: f"{extremum}({a}, {b})")
+        nans = self._combine_slots(f"{acc}_nan", lambda a, b: f"({a} | {b})")
+        result = CppVar(f"{acc}_result", dtype, False)
+        self.post.writeline(f"const {t} {result} = tf::reduce_any({nans}) ? {nan} : "
+                            f"tf::reduce_{reduction_type}({values});")
         return result
 
     def _arg_reduction(self, reduction_type, value, acc, t, lane_wise):
         flat_r = cexpr(self._local_index())
         vec = value.vec
         if vec and not lane_wise:
-            self.pre.writeline(f"tf::ArgAcc<tf::Vec<{t}>> {acc};")
+            self.pre.writeline(f"tf::ArgAcc<tf::Vec<{t}>> {acc}[{UNROLL}];")
             self._ensure_lanes(self.vector_var)
             index = f"tf::Vec<int64_t>({flat_r} - r{len(self.r_sizes) - 1}) + r{len(self.r_sizes) - 1}_lanes"
-            self.code.writeline(f"{acc} = TAIL ? tf::{reduction_type}_update_partial({acc}, {value}, {index}, count) "
-                                f": tf::{reduction_type}_update({acc}, {value}, {index});")
+            self.code.writeline(f"if constexpr (TAIL) {acc}[SLOT] = tf::{reduction_type}_update_partial("
+                                f"{acc}[SLOT], {value}, {index}, count);")
+            self.code.writeline(f"else {acc}[SLOT] = tf::{reduction_type}_update({acc}[SLOT], {value}, {index});")
+            lanes = [f"tf::{reduction_type}_reduce_lanes({acc}[{k}])" for k in range(UNROLL)]
+            total = lanes[0]
+            for lane in lanes[1:]:
+                total = f"tf::{reduction_type}_combine({total}, {lane})"
             result = CppVar(f"{acc}_result", torch.int64, False)
-            self.post.writeline(f"const int64_t {result} = tf::{reduction_type}_reduce_lanes({acc}).index;")
+            self.post.writeline(f"const int64_t {result} = {total}.index;")
             return result
         if vec:
             self.pre.writeline(f"tf::ArgAcc<tf::Vec<{t}>> {acc};")
@@ -632,6 +867,15 @@ _COMBINE = {
     "min": "tf::minimum({acc}, {value})",
     "any": "{acc} | {value}",
     "all": "{acc} & {value}",
+}
+
+_LANE_COMBINE = {
+    "sum": "({a} + {b})",
+    "prod": "({a} * {b})",
+    "max": "tf::maximum({a}, {b})",
+    "min": "tf::minimum({a}, {b})",
+    "any": "({a} | {b})",
+    "all": "({a} & {b})",
 }
 
 _HORIZONTAL = {"sum": "reduce_add", "prod": "reduce_mul", "max": "reduce_max", "min": "reduce_min",

@@ -1,5 +1,6 @@
 """The C++ build-and-load layer (cpu_backend/build.py): build cache across processes,
 concurrent builds, compiler discovery errors, compile errors, the ctypes callable."""
+import concurrent.futures
 import ctypes
 import os
 import subprocess
@@ -45,6 +46,20 @@ def cache_dir(tmp_path, monkeypatch):
 def _unique(source: str, tag: str) -> str:
     """Make a source distinct per test (the in-process memo is global)."""
     return f"// {tag} pid={os.getpid()}\n" + source
+
+
+# Child processes only need tritonfuse.config/metrics and cpu_backend.build: register bare
+# `tritonfuse` and `cpu_backend` packages so that their __init__s (torch, triton, dynamo,
+# backend registration: seconds of import time per child) do not run.
+CHILD_PRELUDE = textwrap.dedent(
+    f"""
+    import sys, types
+    for _name in ("tritonfuse", "cpu_backend"):
+        _pkg = types.ModuleType(_name)
+        _pkg.__path__ = [{REPO!r} + "/" + _name]
+        sys.modules[_name] = _pkg
+    """
+)
 
 
 def _subprocess_env(cache_dir):
@@ -97,7 +112,7 @@ def test_cache_hit_in_second_process(cache_dir):
     assert build.build_kernel_library(source).compiled
     src_file = cache_dir / "source.cpp"
     src_file.write_text(source)
-    script = textwrap.dedent(
+    script = CHILD_PRELUDE + textwrap.dedent(
         f"""
         import tritonfuse.metrics as m
         from cpu_backend import build
@@ -118,19 +133,19 @@ def test_concurrent_builds_of_same_source(cache_dir):
     src_file.write_text(source)
     go_file = cache_dir / "go"
     # Both children wait for the same start signal, then build + run the same kernel.
-    script = textwrap.dedent(
+    script = CHILD_PRELUDE + textwrap.dedent(
         f"""
-        import os, time, torch
+        import ctypes, os, time
         import tritonfuse.metrics as m
         from cpu_backend import build
         while not os.path.exists({str(go_file)!r}):
-            time.sleep(0.005)
+            time.sleep(0.002)
         res = build.build_kernel_library(open({str(src_file)!r}).read())
         k = build.KernelCallable(res.lib, "kernel_add", num_args=4)
-        a = torch.arange(37, dtype=torch.float32); out = torch.empty_like(a)
-        n = torch.tensor([37])
-        k(a.data_ptr(), a.data_ptr(), out.data_ptr(), n.data_ptr())
-        assert torch.equal(out, 2 * a)
+        a = (ctypes.c_float * 37)(*range(37)); out = (ctypes.c_float * 37)()
+        n = ctypes.c_int64(37)
+        k(ctypes.addressof(a), ctypes.addressof(a), ctypes.addressof(out), ctypes.addressof(n))
+        assert list(out) == [2.0 * i for i in range(37)]
         print(m.cpp_builds, m.cpp_build_cache_hits)
         """
     )
@@ -167,6 +182,21 @@ def test_missing_compiler_on_path(monkeypatch, tmp_path):
     assert issubclass(build.CompilerNotFoundError, RuntimeError)
 
 
+def test_broken_openmp_is_reported(cache_dir, monkeypatch, tmp_path):
+    # A compiler that works, except that it cannot link OpenMP programs.
+    fake = tmp_path / "g++-without-openmp"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do if [ "$a" = -fopenmp ]; then echo "ld: cannot find -lgomp" >&2; exit 1; fi; done\n'
+        f'exec {build.find_compiler()} "$@"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("CXX", str(fake))
+    with pytest.raises(build.CompilerNotFoundError) as info:
+        build.compile_flags()
+    assert "libgomp" in str(info.value) and "libomp" in str(info.value) and "cannot find -lgomp" in str(info.value)
+
+
 def test_compile_error_reports_stderr_and_path(cache_dir):
     source = _unique('extern "C" void broken() { this_name_is_undeclared_42(); }\n', "broken")
     builds = tritonfuse.metrics.cpp_builds
@@ -197,6 +227,18 @@ def test_extra_flags_change_the_cache_key(cache_dir, monkeypatch):
     monkeypatch.setenv("TRITONFUSE_CXXFLAGS", "-DTF_SOMETHING_ELSE=1")
     second = build.build_kernel_library(source)
     assert second.key != first.key and second.compiled
+    third = build.build_kernel_library(source, extra_flags=["-DTF_THIRD=1"])
+    assert third.key not in (first.key, second.key) and third.compiled
+
+
+def test_threads_building_the_same_source(cache_dir):
+    source = _unique(ADD_SOURCE, "threads")
+    builds = tritonfuse.metrics.cpp_builds
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: build.build_kernel_library(source), range(4)))
+    assert sorted(r.origin for r in results) == ["compiled", "memory", "memory", "memory"]
+    assert len({id(r.lib) for r in results}) == 1
+    assert tritonfuse.metrics.cpp_builds == builds + 1
 
 
 def test_default_num_threads():

@@ -9,9 +9,14 @@
 #include <cstdlib>
 #include <limits>
 #include <memory>
+#include <omp.h>
 #include <type_traits>
 
 #include "tritonfuse_vec.h"
+
+// The vector-loop bodies are lambdas instantiated per tail flag and accumulator slot;
+// they must inline so accumulators stay in registers.
+#define TF_INLINE_LAMBDA __attribute__((always_inline))
 
 namespace tf {
 
@@ -150,5 +155,25 @@ struct LocalBuffer {
     explicit LocalBuffer(int64_t n) : data(new T[n + kVecLanes]) {}
     T* get() { return data.get(); }
 };
+
+}  // namespace tf
+
+namespace tf {
+
+// max/min that ignore NaN (a single vmaxps/vminps): reductions keep a separate NaN flag
+// instead, so the loop-carried dependency is one instruction long.
+template <typename T>
+TF_INLINE Vec<T> max_ignoring_nan(const Vec<T>& a, const Vec<T>& b) {
+    Vec<T> o;
+    for (int k = 0; k < Vec<T>::kRegs; ++k) o.r[k] = a.r[k] > b.r[k] ? a.r[k] : b.r[k];
+    return o;
+}
+
+template <typename T>
+TF_INLINE Vec<T> min_ignoring_nan(const Vec<T>& a, const Vec<T>& b) {
+    Vec<T> o;
+    for (int k = 0; k < Vec<T>::kRegs; ++k) o.r[k] = a.r[k] < b.r[k] ? a.r[k] : b.r[k];
+    return o;
+}
 
 }  // namespace tf

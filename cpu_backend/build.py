@@ -1,0 +1,373 @@
+"""Build and load generated C++ kernels: compiler discovery, flags, an on-disk build cache
+shared between processes, and a low-overhead ctypes callable.
+
+    lib = load_kernel_library(source)                # ctypes.CDLL, compiled at most once
+    kernel = KernelCallable(lib, "cpp_fused_add_0", num_args=3)
+    kernel(x.data_ptr(), y.data_ptr(), out.data_ptr())
+
+Cache layout: ``<config.cache_dir>/cpp/<key[:2]>/<key>/{kernel.cpp, kernel.so, build.lock}``
+where ``key = sha256(source, flags, compiler identity, CPU, vector headers)``. A build
+writes the .so to a temporary name and ``os.replace``s it into place while holding an
+``fcntl`` lock on ``build.lock``: a second process building the same kernel waits and then
+loads the finished library, and nobody ever dlopens a half-written file.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import fcntl
+import functools
+import hashlib
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+from typing import Sequence
+
+INCLUDE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+
+# Compile flags. Deliberately absent: -ffast-math and its parts (-ffinite-math-only,
+# -funsafe-math-optimizations, -fassociative-math): eager's NaN/Inf/-0 semantics must hold.
+# -ffp-contract=off: a*b+c in generated code rounds twice, like eager's separate ops
+# (the vector header asks for FMA explicitly where it wants one).
+_BASE_FLAGS = [
+    "-O3",
+    "-std=c++17",
+    "-shared",
+    "-fPIC",
+    "-fopenmp",
+    "-fno-finite-math-only",
+    "-fno-math-errno",
+    "-fno-strict-aliasing",
+    "-ffp-contract=off",
+    "-Wno-unused-variable",
+    "-Wno-unused-but-set-variable",
+    "-Wno-unused-function",
+    "-Wno-unknown-pragmas",
+    "-Wno-unused-label",
+]
+# Tried in order by the probe compile; the first the compiler accepts is used.
+_ARCH_FLAG_CANDIDATES = [["-march=native"], ["-mcpu=native"], []]
+
+_SO_NAME = "kernel.so"
+_CPP_NAME = "kernel.cpp"
+
+
+class CompilerNotFoundError(RuntimeError):
+    """No usable C++ compiler (or no working OpenMP) for the CPU backend."""
+
+
+class CppCompileError(RuntimeError):
+    """The C++ compiler rejected a generated kernel; the message holds its stderr."""
+
+    def __init__(self, message: str, cpp_path: str, stderr: str):
+        super().__init__(message)
+        self.cpp_path = cpp_path
+        self.stderr = stderr
+
+
+# ---------------------------------------------------------------------------------------
+# Compiler discovery
+# ---------------------------------------------------------------------------------------
+
+_INSTALL_HINT = (
+    "install one (Debian/Ubuntu: `apt-get install g++`; Fedora: `dnf install gcc-c++`; "
+    "macOS: `xcode-select --install`), or point $CXX at a compiler, or set "
+    "tritonfuse.config.cpu_backend = 'triton' to run CPU kernels through Triton instead"
+)
+
+
+def find_compiler() -> str:
+    """The C++ compiler to use: ``$CXX`` if set, else ``g++``, else ``clang++`` on PATH."""
+    cxx = os.environ.get("CXX", "").strip()
+    if cxx:
+        argv = shlex.split(cxx)
+        if shutil.which(argv[0]) is None:
+            raise CompilerNotFoundError(
+                f"C++ compiler $CXX={cxx!r} not found (no executable {argv[0]!r}); the "
+                f"tritonfuse CPU backend needs a C++17 compiler with OpenMP: {_INSTALL_HINT}"
+            )
+        return cxx
+    for name in ("g++", "clang++"):
+        path = shutil.which(name)
+        if path is not None:
+            return path
+    raise CompilerNotFoundError(
+        "No C++ compiler found: $CXX is unset and neither g++ nor clang++ is on PATH. The "
+        f"tritonfuse CPU backend compiles OpenMP C++ kernels: {_INSTALL_HINT}"
+    )
+
+
+_identity_cache: dict[str, str] = {}
+_probe_cache: dict[str, list[str]] = {}
+_state_lock = threading.Lock()
+
+
+def compiler_identity(compiler: str) -> str:
+    """First line of ``<compiler> --version`` (part of the build-cache key), cached."""
+    if compiler not in _identity_cache:
+        try:
+            out = subprocess.run(
+                shlex.split(compiler) + ["--version"], capture_output=True, text=True, timeout=60
+            )
+        except OSError as e:
+            raise CompilerNotFoundError(f"cannot run C++ compiler {compiler!r}: {e}; {_INSTALL_HINT}") from e
+        lines = (out.stdout or out.stderr).strip().splitlines()
+        _identity_cache[compiler] = lines[0] if lines else compiler
+    return _identity_cache[compiler]
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_identity() -> str:
+    """-march=native code is only valid on the CPU it was built for: key on its model/flags."""
+    ident = platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "flags", "Features", "CPU part")):
+                    ident += "|" + line.strip()
+                if line.strip() == "":  # first processor only
+                    break
+    except OSError:
+        pass
+    return ident
+
+
+_PROBE_SOURCE = r"""
+#include <omp.h>
+extern "C" int tritonfuse_probe(void) {
+    int n = 0;
+#pragma omp parallel reduction(+ : n)
+    n += 1;
+    return n + omp_get_max_threads();
+}
+"""
+
+
+def _probe_arch_flags(compiler: str) -> list[str]:
+    """Check that OpenMP works and which -march spelling the compiler takes: a tiny test
+    compile, once per compiler and machine (remembered in memory and in the cache folder,
+    so a process that only loads cached kernels never runs it). Raises
+    CompilerNotFoundError naming libgomp/libomp if -fopenmp fails."""
+    import tritonfuse.config as config
+
+    with _state_lock:
+        if compiler in _probe_cache:
+            return _probe_cache[compiler]
+        ident = hashlib.sha256(f"{compiler}\0{compiler_identity(compiler)}\0{_cpu_identity()}".encode())
+        record = os.path.join(config.cache_dir, "cpp", f"probe-{ident.hexdigest()[:24]}.txt")
+        try:
+            with open(record) as f:
+                _probe_cache[compiler] = shlex.split(f.read())
+                return _probe_cache[compiler]
+        except OSError:
+            pass
+        with tempfile.TemporaryDirectory(prefix="tritonfuse_probe_") as tmp:
+            src = os.path.join(tmp, "probe.cpp")
+            with open(src, "w") as f:
+                f.write(_PROBE_SOURCE)
+            errors = []
+            for arch in _ARCH_FLAG_CANDIDATES:
+                so = os.path.join(tmp, "probe.so")
+                cmd = shlex.split(compiler) + ["-O1", "-shared", "-fPIC", "-fopenmp", *arch, src, "-o", so]
+                res = subprocess.run(cmd, capture_output=True, text=True)
+                if res.returncode == 0:
+                    _probe_cache[compiler] = arch
+                    try:
+                        os.makedirs(os.path.dirname(record), exist_ok=True)
+                        _write_atomic(record, shlex.join(arch))
+                    except OSError:
+                        pass  # read-only cache: probe again next process
+                    return arch
+                errors.append(f"$ {shlex.join(cmd)}\n{res.stderr.strip()}")
+        raise CompilerNotFoundError(
+            f"C++ compiler {compiler!r} cannot build an OpenMP shared library (-fopenmp failed). "
+            "Install the OpenMP runtime: libgomp for g++ (`apt-get install libgomp1 g++`), "
+            "libomp for clang++ (`apt-get install libomp-dev`, macOS: `brew install libomp`).\n"
+            + "\n".join(errors)
+        )
+
+
+def compile_flags(compiler: str | None = None) -> list[str]:
+    """Flags for a kernel build (without source/output), including $TRITONFUSE_CXXFLAGS."""
+    compiler = compiler or find_compiler()
+    flags = list(_BASE_FLAGS) + _probe_arch_flags(compiler) + ["-I", INCLUDE_DIR]
+    flags += shlex.split(os.environ.get("TRITONFUSE_CXXFLAGS", ""))
+    return flags
+
+
+_header_digest: str | None = None
+
+
+def _headers_digest() -> str:
+    global _header_digest
+    if _header_digest is None:
+        h = hashlib.sha256()
+        for name in sorted(os.listdir(INCLUDE_DIR)):
+            with open(os.path.join(INCLUDE_DIR, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read() + b"\0")
+        _header_digest = h.hexdigest()
+    return _header_digest
+
+
+# ---------------------------------------------------------------------------------------
+# Build + load
+# ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildResult:
+    lib: ctypes.CDLL
+    key: str
+    so_path: str
+    cpp_path: str
+    # "compiled" (this call ran the compiler), "disk-cache" (loaded a .so another call or
+    # process built), "memory" (the same source was already loaded in this process).
+    origin: str
+
+    @property
+    def compiled(self) -> bool:
+        return self.origin == "compiled"
+
+
+_loaded: dict[str, BuildResult] = {}  # key -> result, so one source is dlopened once
+_key_locks: dict[str, threading.Lock] = {}  # threads building different kernels run in parallel
+
+
+def _lock_for(key: str) -> threading.Lock:
+    with _state_lock:
+        return _key_locks.setdefault(key, threading.Lock())
+
+
+def build_kernel_library(source: str, extra_flags: Sequence[str] = ()) -> BuildResult:
+    """Compile ``source`` to a shared library (or find it in the build cache) and load it.
+    ``extra_flags`` are appended to ``compile_flags()`` (and are part of the cache key).
+    Thread-safe; threads building different sources compile in parallel."""
+    import tritonfuse.config as config
+    import tritonfuse.metrics as metrics
+
+    compiler = find_compiler()
+    flags = compile_flags(compiler) + list(extra_flags)
+    key_material = "\0".join(
+        [source, shlex.join(flags), compiler_identity(compiler), _cpu_identity(), _headers_digest()]
+    )
+    key = hashlib.sha256(key_material.encode()).hexdigest()
+    hit = _loaded.get(key)
+    if hit is not None:
+        return dataclasses.replace(hit, origin="memory")
+    with _lock_for(key):
+        hit = _loaded.get(key)
+        if hit is not None:
+            return dataclasses.replace(hit, origin="memory")
+
+        folder = os.path.join(config.cache_dir, "cpp", key[:2], key)
+        so_path = os.path.join(folder, _SO_NAME)
+        cpp_path = os.path.join(folder, _CPP_NAME)
+        origin = "disk-cache"
+        if not os.path.exists(so_path):
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, "build.lock"), "a") as lock_file:
+                fcntl.flock(lock_file, fcntl.LOCK_EX)  # released when the file closes
+                if not os.path.exists(so_path):  # another process may have built it meanwhile
+                    _compile(compiler, flags, source, cpp_path, so_path)
+                    origin = "compiled"
+        if origin == "compiled":
+            metrics.cpp_builds += 1
+        else:
+            metrics.cpp_build_cache_hits += 1
+        result = BuildResult(_dlopen(so_path), key, so_path, cpp_path, origin)
+        _loaded[key] = result
+        return result
+
+
+def _dlopen(so_path: str) -> ctypes.CDLL:
+    try:
+        return ctypes.CDLL(so_path)
+    except OSError as e:
+        hint = ""
+        if "GOMP_" in str(e):
+            # libgomp is loaded once per process (torch ships its own copy): an OpenMP
+            # construct that needs a newer libgomp than the one already loaded fails here.
+            hint = " (the OpenMP runtime already loaded, usually torch's bundled libgomp, is older than the compiler's)"
+        raise CppCompileError(f"cannot load compiled kernel {so_path}: {e}{hint}", so_path.replace(_SO_NAME, _CPP_NAME), str(e)) from e
+
+
+def load_kernel_library(source: str, extra_flags: Sequence[str] = ()) -> ctypes.CDLL:
+    """The loaded library for ``source``; see ``build_kernel_library`` for build details."""
+    return build_kernel_library(source, extra_flags).lib
+
+
+def _write_atomic(path: str, data: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp_")
+    with os.fdopen(fd, "w") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _compile(compiler: str, flags: list[str], source: str, cpp_path: str, so_path: str) -> None:
+    _write_atomic(cpp_path, source)  # kept next to the .so for debugging
+    fd, tmp_so = tempfile.mkstemp(dir=os.path.dirname(so_path), prefix=".tmp_", suffix=".so")
+    os.close(fd)
+    cmd = shlex.split(compiler) + [cpp_path, *flags, "-o", tmp_so]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise CppCompileError(
+                f"C++ compilation of {cpp_path} failed (exit {res.returncode}).\n"
+                f"$ {shlex.join(cmd)}\n{res.stderr}",
+                cpp_path,
+                res.stderr,
+            )
+        os.replace(tmp_so, so_path)
+    finally:
+        if os.path.exists(tmp_so):
+            os.unlink(tmp_so)
+
+
+# ---------------------------------------------------------------------------------------
+# Calling kernels
+# ---------------------------------------------------------------------------------------
+
+
+class KernelCallable(ctypes._CFuncPtr):
+    """``extern "C" void fn(void*, void*, ...)`` in a loaded library, called with integer
+    addresses: ``kernel(t0.data_ptr(), t1.data_ptr(), ...)``.
+
+    It *is* the ctypes function pointer (a subclass, argtypes set once), so a call costs
+    exactly one ctypes foreign call, with no Python-level wrapper frame in between.
+    ``argtypes`` may replace the all-``c_void_p`` default (e.g. ``ctypes.c_int64`` for a
+    size argument)."""
+
+    _flags_ = ctypes._FUNCFLAG_CDECL
+    _restype_ = None
+
+    def __new__(cls, lib: ctypes.CDLL, name: str, num_args: int | None = None, argtypes=None):
+        self = super().__new__(cls, (name, lib))
+        if argtypes is None:
+            if num_args is None:
+                raise TypeError("KernelCallable needs num_args or argtypes")
+            argtypes = [ctypes.c_void_p] * num_args
+        self.argtypes = list(argtypes)
+        self.restype = None
+        self.kernel_name = name
+        return self
+
+    def __init__(self, *args, **kwargs):  # all set up in __new__
+        pass
+
+    def call_tensors(self, *tensors) -> None:
+        """Convenience (slower) form: pass tensors, their data pointers are taken here."""
+        self(*[t.data_ptr() for t in tensors])
+
+    def __repr__(self) -> str:
+        return f"KernelCallable({self.kernel_name!r}, num_args={len(self.argtypes)})"
+
+
+def default_num_threads() -> int:
+    """Threads a kernel's OpenMP regions should use: the same as eager (torch's setting)."""
+    import torch
+
+    return torch.get_num_threads()
