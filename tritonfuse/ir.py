@@ -347,7 +347,8 @@ def as_strided_buffer(value: IRNode):
     if isinstance(data, ReinterpretView):
         return data
     # a generic view: copy it into a fresh contiguous buffer
-    box = StorageBox(Pointwise(data.get_device(), data.get_dtype(), data.make_loader(), list(data.get_size())))
+    box = StorageBox(Pointwise(data.get_device(), data.get_dtype(), data.make_loader(), list(data.get_size()),
+                               origins=origins_of([data]) + ("copy",)))
     return box.realize()
 
 
