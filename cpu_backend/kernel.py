@@ -43,7 +43,7 @@ STORAGE_TYPES = {
 }
 HALF_TYPES = {torch.float16: "half", torch.bfloat16: "bf16"}
 PARALLEL_THRESHOLD = 32768   # elements of work below which a kernel runs on one thread
-UNROLL = 4                   # vector chunks per step of an inner reduction loop
+UNROLL = 1                   # vector chunks per step of an inner reduction loop (4 measured slower)
 TILE_ROWS, TILE_COLS = 16, 64  # blocks walked by pointwise kernels that read transposed data
 
 
@@ -139,6 +139,7 @@ class CppKernel:
         self.finished_reductions = {}
         self._vector_indirect = set()
         self.tiled = self.axis == "x" and self._needs_tiling(layouts)
+        self.tiles = {}   # transposed reads staged through a tile buffer
         self.stored = {}        # buffer -> (value, segment index, from an r loop)
         self.code = IndentedBuffer()
         self.mask_stack = []
@@ -377,6 +378,7 @@ class CppKernel:
         with out.indent():
             out.writeline(f"const int64_t x{k - 1}_end = std::min<int64_t>(x{k - 1}_tile + {TILE_ROWS}, {rows});")
             out.writeline(f"const int64_t x{k}_end = std::min<int64_t>(x{k}_tile + {TILE_COLS}, {cols});")
+            self._emit_tile_fills(out)
             out.writeline(f"for (int64_t x{k - 1} = x{k - 1}_tile; x{k - 1} < x{k - 1}_end; ++x{k - 1}) {{")
             out.writeline(f"for (int64_t x{k} = x{k}_tile; x{k} < x{k}_end; x{k} += tf::kVecLanes) {{")
             with out.indent():
@@ -606,6 +608,8 @@ class CppKernel:
                 kind = "gather"
             if kind == "scalar":
                 return self._emit(text, dtype, False)
+        if kind == "gather" and mask is None and self.tiled and self._is_transposed(index):
+            return self._tile_load(pointer, index, dtype)
         if kind == "contiguous" and mask is None:
             offset = cexpr(index)
             loader = f"tf::vload_{half}<TAIL>" if half else "tf::vload<TAIL>"
@@ -615,6 +619,39 @@ class CppKernel:
         if half:
             return self._emit(f"tf::vgather_{half}<TAIL>({pointer}, {idx}, {mask_text}, count)", dtype, True)
         return self._emit(f"tf::vgather_masked<TAIL>({pointer}, {idx}, {mask_text}, count)", dtype, True)
+
+    def _is_transposed(self, index) -> bool:
+        k = len(self.x_sizes) - 1
+        inner = sympy.Symbol(f"x{k}", integer=True, nonnegative=True)
+        outer = sympy.Symbol(f"x{k - 1}", integer=True, nonnegative=True)
+        return _stride(index, inner) not in (None, 0, 1) and _stride(index, outer) == 1
+
+    def _tile_load(self, pointer, index, dtype) -> CppVar:
+        """A transposed read inside a tile: the tile's block of the input is first copied
+        (reading memory contiguously) into a small row-major buffer, then read by rows."""
+        key = (pointer, str(index))
+        if key not in self.tiles:
+            self.tiles[key] = (f"tile{len(self.tiles)}", pointer, index, dtype)
+        name = self.tiles[key][0]
+        k = len(self.x_sizes) - 1
+        offset = f"(x{k - 1} - x{k - 1}_tile) * {TILE_COLS} + (x{k} - x{k}_tile)"
+        return self._emit(f"tf::vload<TAIL>({name} + {offset}, count)", dtype, True)
+
+    def _emit_tile_fills(self, out):
+        k = len(self.x_sizes) - 1
+        outer = sympy.Symbol(f"x{k - 1}", integer=True, nonnegative=True)
+        inner = sympy.Symbol(f"x{k}", integer=True, nonnegative=True)
+        row, col = sympy.Symbol("tr", integer=True), sympy.Symbol("tc", integer=True)
+        for name, pointer, index, dtype in self.tiles.values():
+            source = index.xreplace({outer: sympy.Symbol(f"x{k - 1}_tile", integer=True) + row,
+                                     inner: sympy.Symbol(f"x{k}_tile", integer=True) + col})
+            value = f"{pointer}[{cexpr(source)}]"
+            if dtype in HALF_TYPES:
+                value = f"tf::{HALF_TYPES[dtype]}_to_float({value})"
+            out.writeline(f"alignas(64) {ctype(dtype)} {name}[{TILE_ROWS * TILE_COLS}];")
+            out.writeline(f"for (int64_t tc = 0; tc < x{k}_end - x{k}_tile; ++tc)")
+            out.writeline(f"    for (int64_t tr = 0; tr < x{k - 1}_end - x{k - 1}_tile; ++tr)")
+            out.writeline(f"        {name}[tr * {TILE_COLS} + tc] = {value};")
 
     def _local_index(self) -> sympy.Expr:
         """Flat index of the current r position inside one row."""
@@ -763,7 +800,8 @@ class CppKernel:
             acc_type = "tf::Vec<bool>" if acc_dtype == torch.bool else f"tf::Vec<{t}>"
             self._declare_slots(acc_type, acc, identity)
             v = f"tf::tail_fill<TAIL>({value}, {identity}, count)"
-            self.code.writeline(f"{acc}[SLOT] = {_COMBINE[reduction_type].format(acc=f'{acc}[SLOT]', value=v)};")
+            slot = self._slot(acc)
+            self.code.writeline(f"{slot} = {_COMBINE[reduction_type].format(acc=slot, value=v)};")
             total = self._combine_slots(acc, lambda a, b: _COMBINE[reduction_type].format(acc=a, value=b))
             result = CppVar(f"{acc}_result", dtype, False)
             self.post.writeline(f"const {ctype(dtype) if dtype != torch.bool else 'bool'} {result} = "
@@ -778,13 +816,19 @@ class CppKernel:
         return result
 
     def _declare_slots(self, acc_type, acc, identity):
-        init = ", ".join([f"{acc_type}({identity})"] * UNROLL)
-        self.pre.writeline(f"{acc_type} {acc}[{UNROLL}] = {{{init}}};")
+        self.pre.writeline(" ".join(f"{acc_type} {acc}_{k}({identity});" for k in range(UNROLL)))
+
+    @staticmethod
+    def _slot(acc) -> str:
+        """The accumulator of the current unroll slot (see tf::slot)."""
+        if UNROLL == 1:
+            return f"{acc}_0"
+        return f"tf::slot<SLOT>({', '.join(f'{acc}_{k}' for k in range(UNROLL))})"
 
     def _combine_slots(self, acc, combine) -> str:
-        total = f"{acc}[0]"
+        total = f"{acc}_0"
         for k in range(1, UNROLL):
-            total = combine(total, f"{acc}[{k}]")
+            total = combine(total, f"{acc}_{k}")
         return total
 
     def _float_extremum(self, reduction_type, value, acc, t, identity, dtype, lane_wise):
@@ -802,8 +846,9 @@ class CppKernel:
         self._declare_slots(f"tf::Vec<{t}>", acc, identity)
         self._declare_slots("tf::Vec<bool>", f"{acc}_nan", "false")
         v = f"tf::tail_fill<TAIL>({value}, {identity}, count)"
-        self.code.writeline(f"{acc}[SLOT] = {extremum}({acc}[SLOT], {v});")
-        self.code.writeline(f"{acc}_nan[SLOT] = {acc}_nan[SLOT] | tf::isnan({v});")
+        slot, nan_slot = self._slot(acc), self._slot(f"{acc}_nan")
+        self.code.writeline(f"{slot} = {extremum}({slot}, {v});")
+        self.code.writeline(f"{nan_slot} = {nan_slot} | tf::isnan({v});")
         values = self._combine_slots(acc, lambda a, b: f"{extremum}({a}, {b})")
         nans = self._combine_slots(f"{acc}_nan", lambda a, b: f"({a} | {b})")
         result = CppVar(f"{acc}_result", dtype, False)
@@ -815,13 +860,14 @@ class CppKernel:
         flat_r = cexpr(self._local_index())
         vec = value.vec
         if vec and not lane_wise:
-            self.pre.writeline(f"tf::ArgAcc<tf::Vec<{t}>> {acc}[{UNROLL}];")
+            self.pre.writeline(" ".join(f"tf::ArgAcc<tf::Vec<{t}>> {acc}_{k};" for k in range(UNROLL)))
             self._ensure_lanes(self.vector_var)
             index = f"tf::Vec<int64_t>({flat_r} - r{len(self.r_sizes) - 1}) + r{len(self.r_sizes) - 1}_lanes"
-            self.code.writeline(f"if constexpr (TAIL) {acc}[SLOT] = tf::{reduction_type}_update_partial("
-                                f"{acc}[SLOT], {value}, {index}, count);")
-            self.code.writeline(f"else {acc}[SLOT] = tf::{reduction_type}_update({acc}[SLOT], {value}, {index});")
-            lanes = [f"tf::{reduction_type}_reduce_lanes({acc}[{k}])" for k in range(UNROLL)]
+            slot = self._slot(acc)
+            self.code.writeline(f"if constexpr (TAIL) {slot} = tf::{reduction_type}_update_partial("
+                                f"{slot}, {value}, {index}, count);")
+            self.code.writeline(f"else {slot} = tf::{reduction_type}_update({slot}, {value}, {index});")
+            lanes = [f"tf::{reduction_type}_reduce_lanes({acc}_{k})" for k in range(UNROLL)]
             total = lanes[0]
             for lane in lanes[1:]:
                 total = f"tf::{reduction_type}_combine({total}, {lane})"

@@ -272,7 +272,7 @@ HIT_SCRIPT = textwrap.dedent("""
                               [2], "cpu")
     a, b, out = torch.randn(64), torch.randn(64), torch.empty(64)
     launcher.run(a, b, out, 64)
-    assert torch.allclose(out, torch.sin(a) + b)
+    assert torch.allclose(out, torch.sin(a) + b, atol=1e-5, rtol=1e-5)  # tl.sin is approximate on GPUs
     print(json.dumps({"tuned": autotuner.stats.tuned, "hits": autotuner.stats.cache_hits,
                       "config": str(launcher.chosen_config)}))
 """)

@@ -118,6 +118,25 @@ def _merge_dims(exprs, variables, sizes):
     return sizes, variables, substitution
 
 
+def _order_by_output(exprs, store_index, sizes, variables, substitution):
+    """Loop over the kept dims in the order of the output's memory (largest stride
+    outermost), so stores are contiguous whatever layout eager gave the output; then
+    merge again (a transposed copy becomes one flat loop)."""
+    store_index = sympy.expand(sympy.sympify(store_index).xreplace(substitution))
+    strides = []
+    for v in variables:
+        derivative = sympy.diff(store_index, v)
+        if derivative.free_symbols:
+            return sizes, variables, substitution
+        strides.append(int(derivative))
+    order = sorted(range(len(variables)), key=lambda i: -strides[i])
+    if order == list(range(len(variables))):
+        return sizes, variables, substitution
+    exprs = [sympy.expand(e.xreplace(substitution)) for e in exprs]
+    sizes, variables, more = _merge_dims(exprs, [variables[i] for i in order], [sizes[i] for i in order])
+    return sizes, variables, {**substitution, **more}
+
+
 def plan_and_deps(buffer, x_sizes, r_sizes):
     """(LoopPlan, reads, write) of ``buffer`` iterated as ``x_sizes`` x ``r_sizes``.
 
@@ -133,6 +152,7 @@ def plan_and_deps(buffer, x_sizes, r_sizes):
             buffer.body(raw_x + raw_r, [])
     exprs = [sympy.expand(index) for _, index in recorder.loads + recorder.stores]
     new_x, x_vars, x_subs = _merge_dims(exprs, raw_x, x_sizes)
+    new_x, x_vars, x_subs = _order_by_output(exprs, recorder.stores[0][1], new_x, x_vars, x_subs)
     new_r, r_vars, r_subs = _merge_dims(exprs, raw_r, r_sizes)
     canonical_x = sym.index_vars("x", len(x_vars))
     canonical_r = sym.index_vars("r", len(r_vars))

@@ -177,3 +177,17 @@ TF_INLINE Vec<T> min_ignoring_nan(const Vec<T>& a, const Vec<T>& b) {
 }
 
 }  // namespace tf
+
+namespace tf {
+
+// The accumulator of unroll slot S among four (a compile-time choice, so each stays a
+// separate register-resident variable).
+template <int S, typename T>
+TF_INLINE T& slot(T& a, T& b, T& c, T& d) {
+    if constexpr (S == 0) return a;
+    else if constexpr (S == 1) return b;
+    else if constexpr (S == 2) return c;
+    else return d;
+}
+
+}  // namespace tf

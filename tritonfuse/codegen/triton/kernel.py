@@ -82,14 +82,15 @@ class _Segment:
 
 
 class TritonKernel:
-    def __init__(self, group, internal, graph, ops_table, configs, kind):
+    def __init__(self, group, internal, graph, ops_table, configs, kind, numels=None):
         self.group = group
         self.graph = graph
         self.ops_table = ops_table
         self.kind = kind
         self.x_numel, self.r_numel = group.x_numel, group.r_numel
         self.looped = kind == "reduction"
-        self.has_r = kind != "pointwise"
+        self.tiled = kind == "pointwise_2d"     # [YBLOCK, XBLOCK] tiles, for transposes
+        self.has_r = kind in ("reduction", "persistent_reduction")
         self.args = KernelArgs()
         self.cse = CSE("tmp")
         self.internal = set(internal)
@@ -99,9 +100,11 @@ class TritonKernel:
         self.mask_stack: List[str] = []
         self.indirect_vars: Dict[str, sympy.Symbol] = {}
         self.acc_counter = 0
-        self.dim_counter = {"x": 0, "r": 0}
+        self.dim_counter = {"x": 0, "r": 0, "y": 0}
         blocks = [c.kwargs for c in configs]
-        self.needs_xmask = any(self.x_numel % b["XBLOCK"] for b in blocks)
+        x_extent = numels["x"] if self.tiled else self.x_numel
+        self.needs_xmask = any(x_extent % b["XBLOCK"] for b in blocks)
+        self.needs_ymask = self.tiled and any(numels["y"] % b["YBLOCK"] for b in blocks)
         if kind == "persistent_reduction":
             self.needs_rmask = any(self.r_numel != b["RBLOCK"] for b in blocks)
         else:
@@ -146,7 +149,12 @@ class TritonKernel:
     def _set_node(self, node, x_sizes, r_sizes, kind):
         self.plan, _, _ = plan_and_deps(node.buffer, x_sizes, r_sizes)
         self.node_kind = kind
-        self.x_symbols = self._dim_symbols("x", self.plan.x_sizes)
+        if self.tiled:   # the innermost dim runs along XBLOCK, the others along YBLOCK
+            sizes = self.plan.x_sizes
+            self.x_symbols = self._dim_symbols("y", sizes[:-1]) + [sympy.Symbol("xindex", integer=True,
+                                                                                nonnegative=True)]
+        else:
+            self.x_symbols = self._dim_symbols("x", self.plan.x_sizes)
         self.r_symbols = self._dim_symbols("r", self.plan.r_sizes)
 
     @property
@@ -201,7 +209,9 @@ class TritonKernel:
         """The index as printed; a block of it when it depends on no block variable."""
         text = texpr(index)
         if not any(s.name.startswith(("x", "r", "tmp")) for s in index.free_symbols):
-            if not self.has_r:
+            if self.tiled:
+                shape = "[YBLOCK, XBLOCK]"
+            elif not self.has_r:
                 shape = "[XBLOCK]"
             else:
                 shape = "[XBLOCK, RBLOCK]" if self.node_kind == "xr" else "[XBLOCK, 1]"
@@ -211,6 +221,8 @@ class TritonKernel:
     def _mask_for(self, index) -> Optional[str]:
         parts = []
         uses_r = self.node_kind in ("xr", "reduction") and any(s.name.startswith("r") for s in index.free_symbols)
+        if self.needs_ymask:
+            parts.append("ymask")
         if self.needs_xmask:
             parts.append("xmask")
         if self.needs_rmask and uses_r:
@@ -278,7 +290,7 @@ class TritonKernel:
         size = sym.to_int(size)
         wrapped = self.cse.generate(self.out, f"tl.where({value} < 0, {value} + {size}, {value})", torch.int64,
                                     over_r=value.over_r if isinstance(value, CSEVariable) else False)
-        mask = " & ".join(["xmask"] * self.needs_xmask + self.mask_stack)
+        mask = " & ".join(["ymask"] * self.needs_ymask + ["xmask"] * self.needs_xmask + self.mask_stack)
         in_bounds = f"(0 <= {wrapped}) & ({wrapped} < {size})"
         condition = f"{in_bounds} | ~({mask})" if mask else in_bounds
         self.out.writeline(f'tl.device_assert({condition}, "index out of bounds: 0 <= {wrapped} < {size}")')

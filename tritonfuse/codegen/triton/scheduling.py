@@ -37,17 +37,19 @@ class TritonScheduling(BackendScheduling):
         hint = self._reduction_hint(group) if kind != "pointwise" else None
         configs = candidate_configs(kind, numels, config.autotune, hint=hint)
         internal = self.scheduler.internal_buffers(group)
-        kernel = TritonKernel(group, internal, self.graph, self.ops_table, configs, kind)
+        kernel = TritonKernel(group, internal, self.graph, self.ops_table, configs, kind, numels)
         kernel.generate()
-        prefix = {"pointwise": "triton_poi", "persistent_reduction": "triton_per", "reduction": "triton_red"}[kind]
+        prefix = {"pointwise": "triton_poi", "pointwise_2d": "triton_poi_tiled", "persistent_reduction": "triton_per",
+                  "reduction": "triton_red"}[kind]
         name = self.wrapper.kernel_name(prefix, group.origins)
         call_args = kernel.args.call_order()
-        signature = [param for param, _ in call_args] + ["xnumel"] + (["rnumel"] if kind != "pointwise" else [])
-        signature += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if kind != "pointwise" else [])
+        numel_names = {"pointwise": ["xnumel"], "pointwise_2d": ["ynumel", "xnumel"]}.get(kind, ["xnumel", "rnumel"])
+        block_names = {"pointwise": ["XBLOCK"], "pointwise_2d": ["YBLOCK", "XBLOCK"]}.get(kind, ["XBLOCK", "RBLOCK"])
+        signature = [param for param, _ in call_args] + numel_names + [f"{b}: tl.constexpr" for b in block_names]
         source = _templates.get_template("kernel.py.j2").render(
             name=name, kind=kind, signature=", ".join(signature), x_numel=group.x_numel, r_numel=group.r_numel,
             origins=", ".join(group.origins), int64=kernel.use_int64, needs_xmask=kernel.needs_xmask,
-            needs_rmask=kernel.needs_rmask, use_libdevice=self.use_libdevice,
+            needs_rmask=kernel.needs_rmask, needs_ymask=kernel.needs_ymask, use_libdevice=self.use_libdevice,
             reads=", ".join(kernel.args.inputs) or "-", writes=", ".join(kernel.args.outputs) or "-",
             body=kernel.body_lines().getvalue().rstrip(),
         )
@@ -56,13 +58,16 @@ class TritonScheduling(BackendScheduling):
         self.wrapper.define_triton_kernel(name, source, kind, numels, configs, mutated, self.launcher_device, hint)
         buffers = [buffer for _, buffer in call_args]
         self.wrapper.allocate_outputs(group, internal)
-        numel_args = [str(group.x_numel)] + ([str(group.r_numel)] if kind != "pointwise" else [])
+        numel_args = [str(numels[n[0]]) for n in numel_names]
         self.wrapper.writeline(f"{name}.run({', '.join(buffers + numel_args)})")
         metrics.record_kernel(name)
 
     @staticmethod
     def _kind(group):
         if group.r_numel == 1:
+            tile = _transposed_tiling(group)
+            if tile is not None:
+                return "pointwise_2d", {"y": tile[0], "x": tile[1]}
             return "pointwise", {"x": group.x_numel}
         numels = {"x": group.x_numel, "r": group.r_numel}
         return ("persistent_reduction" if is_persistent_reduction_ok(numels) else "reduction"), numels
@@ -93,3 +98,31 @@ class InterpretedTritonScheduling(TritonScheduling):
 
 
 
+
+
+def _transposed_tiling(group):
+    """(y, x) extents for a [YBLOCK, XBLOCK]-tiled pointwise kernel when some input is
+    read transposed relative to the loop order (the output's), else None: Triton then
+    loads each tile coalesced and transposes it through shared memory."""
+    shapes, transposed = set(), False
+    for node, x_sizes, r_sizes, _ in group.node_layouts():
+        plan, reads, _ = plan_and_deps(node.buffer, x_sizes, r_sizes)
+        shapes.add(tuple(sympy.Integer(s) for s in plan.x_sizes))
+        n = len(plan.x_sizes)
+        if n < 2:
+            return None
+        last = sympy.Symbol(f"x{n - 1}", integer=True, nonnegative=True)
+        for dep in reads:
+            if dep.name in group.names or dep.indirect:
+                continue
+            stride_last = sympy.diff(dep.index, last)
+            others = [sympy.diff(dep.index, sympy.Symbol(f"x{i}", integer=True, nonnegative=True)) for i in range(n - 1)]
+            if stride_last != 1 and stride_last != 0 and any(o == 1 for o in others):
+                transposed = True
+    if not transposed or len(shapes) != 1:
+        return None
+    sizes = [int(s) for s in shapes.pop()]
+    y = 1
+    for s in sizes[:-1]:
+        y *= s
+    return y, sizes[-1]
