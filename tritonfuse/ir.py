@@ -39,7 +39,7 @@ class Layout:
         for idx, size, stride in zip(indices, self.size, self.stride):
             if size != 1:
                 expr = expr + idx * stride
-        return expr
+        return sym.simplify_index(expr)
 
     def numel(self) -> sympy.Expr:
         return sym.product(self.size)
@@ -227,10 +227,31 @@ class ReinterpretView(IRNode):
 
 @dataclass
 class GenericView(IRNode):
-    """Any index remapping over an unrealized value: ``out[i] = data[reindex(i)]``."""
+    """Any index remapping over an unrealized value: ``out[i] = data[reindex(i)]``.
+    ``restride(base layout) -> Layout | None`` says how the same view reads a strided
+    buffer, so that a fallback can take a view of the realized base instead of a copy."""
     data: IRNode
     size: List[sympy.Expr]
     reindex: Callable
+    restride: Optional[Callable] = None
+
+    def realize_strided(self):
+        """(buffer, layout) of this view over its realized base, or None."""
+        inner = self.data
+        if isinstance(inner, StorageBox):
+            buffer = inner.realize()
+            base = buffer.layout
+        elif isinstance(inner, GenericView):
+            found = inner.realize_strided()
+            if found is None:
+                return None
+            buffer, base = found
+        elif isinstance(inner, ReinterpretView):
+            buffer, base = inner.buffer, inner.layout
+        else:
+            return None
+        layout = self.restride(base) if self.restride is not None else None
+        return (buffer, layout) if layout is not None else None
 
     def get_size(self):
         return self.size
@@ -346,7 +367,10 @@ def as_strided_buffer(value: IRNode):
         return data.realize()
     if isinstance(data, ReinterpretView):
         return data
-    # a generic view: copy it into a fresh contiguous buffer
+    found = data.realize_strided() if isinstance(data, GenericView) else None
+    if found is not None:
+        return ReinterpretView(*found)
+    # a view with no strided form: copy it into a fresh contiguous buffer
     box = StorageBox(Pointwise(data.get_device(), data.get_dtype(), data.make_loader(), list(data.get_size()),
                                origins=origins_of([data]) + ("copy",)))
     return box.realize()

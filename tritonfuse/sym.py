@@ -107,3 +107,37 @@ def unflatten(flat: sympy.Expr, sizes):
         inner = product(sizes[1:])
         result[0] = FloorDiv(flat, inner)
     return result
+
+
+def simplify_index(expr):
+    """Fold the pieces that unflattening a flat index leaves behind back together:
+
+        k*m*FloorDiv(u, d*m) + k*ModularIndexing(u, d, m)      -> k*FloorDiv(u, d)
+        k*m*ModularIndexing(u, d*m, n) + k*ModularIndexing(u, d, m) -> k*ModularIndexing(u, d, m*n)
+
+    so that a reshape read back through its own layout is the plain flat index again."""
+    expr = sympy.expand(sympy.sympify(expr))
+    changed = True
+    while changed and expr.is_Add:
+        changed = False
+        terms = [t.as_coeff_Mul() for t in expr.args]
+        for i, (k, mod) in enumerate(terms):
+            if not isinstance(mod, ModularIndexing):
+                continue
+            u, d, m = mod.args
+            for j, (c, other) in enumerate(terms):
+                if j == i or c != k * m:
+                    continue
+                if isinstance(other, FloorDiv) and other.args == (u, d * m):
+                    merged = k * FloorDiv(u, d)
+                elif isinstance(other, ModularIndexing) and other.args[:2] == (u, d * m):
+                    merged = k * ModularIndexing(u, d, m * other.args[2])
+                else:
+                    continue
+                rest = [c2 * t2 for n, (c2, t2) in enumerate(terms) if n not in (i, j)]
+                expr = sympy.expand(sympy.Add(merged, *rest))
+                changed = True
+                break
+            if changed:
+                break
+    return expr

@@ -100,7 +100,13 @@ def expand(x: TensorBox, size) -> TensorBox:
     def reindex(index):
         index = index[lead:]
         return [sympy.Integer(0) if os == 1 and ns != 1 else i for i, os, ns in zip(index, old, size[lead:])]
-    return TensorBox(GenericView(x.data, size, reindex))
+
+    def restride(base):
+        from ..ir import Layout
+        stride = [sympy.Integer(0)] * lead + [st if os == ns else sympy.Integer(0)
+                                             for os, ns, st in zip(old, size[lead:], base.stride)]
+        return Layout(base.device, base.dtype, size, stride, base.offset)
+    return TensorBox(GenericView(x.data, size, reindex, restride))
 
 
 def broadcast_tensors(*tensors):

@@ -17,6 +17,11 @@ def _normalize_dim(dim, ndim):
     return dim + ndim if dim < 0 else dim
 
 
+def _with_strides(layout, size, stride, offset):
+    return Layout(layout.device, layout.dtype, [sym.sint(s) for s in size], [sym.sint(s) for s in stride],
+                  sym.sint(offset))
+
+
 def _restride(x, size, stride, offset):
     layout = strided_layout_of(x)
     return TensorBox(ReinterpretView(buffer_of(x), Layout(layout.device, layout.dtype,
@@ -45,7 +50,10 @@ def permute(x, dims):
     if layout is not None:
         return _restride(x, size, [layout.stride[d] for d in dims], layout.offset)
     inverse = [dims.index(i) for i in range(len(dims))]
-    return TensorBox(GenericView(x.data, size, lambda index: [index[i] for i in inverse]))
+
+    def restride(base):
+        return _with_strides(base, size, [base.stride[d] for d in dims], base.offset)
+    return TensorBox(GenericView(x.data, size, lambda index: [index[i] for i in inverse], restride))
 
 
 @register_lowering(aten.t)
@@ -143,7 +151,11 @@ def view(x, size):
     def reindex(index):
         flat = sum((i * st for i, st in zip(index, sym.contiguous_strides(new_sym))), sympy.Integer(0))
         return sym.unflatten(flat, old_sym)
-    return TensorBox(GenericView(x.data, new_sym, reindex))
+
+    def restride(base):
+        strides = _view_strides(old_size, _ints(base.stride), new_size)
+        return None if strides is None else _with_strides(base, new_size, strides, base.offset)
+    return TensorBox(GenericView(x.data, new_sym, reindex, restride))
 
 
 @register_lowering(aten.slice)
@@ -168,7 +180,13 @@ def slice_(x, dim=0, start=None, end=None, step=1):
         index = list(index)
         index[dim] = index[dim] * step + start
         return index
-    return TensorBox(GenericView(x.data, new_size, reindex))
+
+    def restride(base):
+        stride = list(base.stride)
+        offset = base.offset + start * stride[dim]
+        stride[dim] = stride[dim] * step
+        return _with_strides(base, new_size, stride, offset)
+    return TensorBox(GenericView(x.data, new_size, reindex, restride))
 
 
 @register_lowering(aten.select)
@@ -186,7 +204,11 @@ def select(x, dim, index):
 
     def reindex(idx):
         return list(idx[:dim]) + [sympy.Integer(index)] + list(idx[dim:])
-    return TensorBox(GenericView(x.data, new_size, reindex))
+
+    def restride(base):
+        stride = list(base.stride)
+        return _with_strides(base, new_size, stride[:dim] + stride[dim + 1:], base.offset + index * stride[dim])
+    return TensorBox(GenericView(x.data, new_size, reindex, restride))
 
 
 @register_lowering(aten.as_strided)
