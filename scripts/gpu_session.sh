@@ -21,10 +21,10 @@ tests|all)
     ;;&
 perf|all)
     for run in cold warm; do
-        start=$(date +%s.%N)
+        start=$(python3 -c "import time; print(time.time())")
         timeout 240 python3 scripts/warmup_autotune.py --device cuda --export "$OUT/autotune_export.json" \
             2>&1 | tail -8 | tee "$OUT/warmup_$run.txt"
-        echo "wall seconds: $(echo "$(date +%s.%N) - $start" | bc)" | tee -a "$OUT/warmup_$run.txt"
+        echo "wall seconds: $(python3 -c "import time; print(round(time.time() - $start, 1))")" | tee -a "$OUT/warmup_$run.txt"
     done
     timeout 200 python3 scripts/bench.py --device cuda --out "$OUT/bench_tuned" 2>&1 | tail -5
     TRITONFUSE_AUTOTUNE=none TRITONFUSE_CACHE_DIR=/tmp/tritonfuse_cache_none timeout 150 python3 scripts/bench.py \
