@@ -643,12 +643,16 @@ class CppKernel:
         inner = sympy.Symbol(f"x{k}", integer=True, nonnegative=True)
         row, col = sympy.Symbol("tr", integer=True), sympy.Symbol("tc", integer=True)
         for name, pointer, index, dtype in self.tiles.values():
+            out.writeline(f"alignas(64) {ctype(dtype)} {name}[{TILE_ROWS * TILE_COLS}];")
+            corner = index.xreplace({outer: sympy.Symbol(f"x{k - 1}_tile", integer=True),
+                                     inner: sympy.Symbol(f"x{k}_tile", integer=True)})
+            if dtype not in HALF_TYPES:
+                out.writeline(f"tf::transpose_to_tile<{TILE_COLS}>({pointer} + {cexpr(corner)}, "
+                              f"{_stride(index, inner)}, {name}, x{k - 1}_end - x{k - 1}_tile, x{k}_end - x{k}_tile);")
+                continue
             source = index.xreplace({outer: sympy.Symbol(f"x{k - 1}_tile", integer=True) + row,
                                      inner: sympy.Symbol(f"x{k}_tile", integer=True) + col})
-            value = f"{pointer}[{cexpr(source)}]"
-            if dtype in HALF_TYPES:
-                value = f"tf::{HALF_TYPES[dtype]}_to_float({value})"
-            out.writeline(f"alignas(64) {ctype(dtype)} {name}[{TILE_ROWS * TILE_COLS}];")
+            value = f"tf::{HALF_TYPES[dtype]}_to_float({pointer}[{cexpr(source)}])"
             out.writeline(f"for (int64_t tc = 0; tc < x{k}_end - x{k}_tile; ++tc)")
             out.writeline(f"    for (int64_t tr = 0; tr < x{k - 1}_end - x{k - 1}_tile; ++tr)")
             out.writeline(f"        {name}[tr * {TILE_COLS} + tc] = {value};")

@@ -191,3 +191,54 @@ TF_INLINE T& slot(T& a, T& b, T& c, T& d) {
 }
 
 }  // namespace tf
+
+namespace tf {
+namespace detail {
+typedef float v16f __attribute__((vector_size(64)));
+
+// One butterfly stage of a 16x16 transpose: swap the off-diagonal S x S blocks.
+template <int S>
+TF_INLINE void transpose_stage(v16f* r) {
+#define TF_LO(j) ((((j) & S) != 0) ? 16 + (j) - S : (j))
+#define TF_HI(j) ((((j) & S) != 0) ? 16 + (j) : (j) + S)
+    for (int i = 0; i < 16; ++i) {
+        if (i & S) continue;
+        const v16f a = r[i], b = r[i + S];
+        r[i] = __builtin_shufflevector(a, b, TF_LO(0), TF_LO(1), TF_LO(2), TF_LO(3), TF_LO(4), TF_LO(5), TF_LO(6),
+                                       TF_LO(7), TF_LO(8), TF_LO(9), TF_LO(10), TF_LO(11), TF_LO(12), TF_LO(13),
+                                       TF_LO(14), TF_LO(15));
+        r[i + S] = __builtin_shufflevector(a, b, TF_HI(0), TF_HI(1), TF_HI(2), TF_HI(3), TF_HI(4), TF_HI(5),
+                                           TF_HI(6), TF_HI(7), TF_HI(8), TF_HI(9), TF_HI(10), TF_HI(11), TF_HI(12),
+                                           TF_HI(13), TF_HI(14), TF_HI(15));
+    }
+#undef TF_LO
+#undef TF_HI
+}
+}  // namespace detail
+
+// Copy a rows x cols block whose element (tr, tc) is src[tr + tc * col_stride] into
+// tile[tr * TILE_COLS + tc]: a transposing copy, 16x16 blocks at a time in registers.
+template <int TILE_COLS, typename T>
+TF_INLINE void transpose_to_tile(const T* src, int64_t col_stride, T* tile, int64_t rows, int64_t cols) {
+    int64_t done_rows = 0, done_cols = 0;
+    if constexpr (sizeof(T) == 4) {
+        done_rows = rows - rows % 16;
+        done_cols = cols - cols % 16;
+        for (int64_t c0 = 0; c0 < done_cols; c0 += 16) {
+            for (int64_t r0 = 0; r0 < done_rows; r0 += 16) {
+                detail::v16f block[16];
+                for (int c = 0; c < 16; ++c) std::memcpy(&block[c], src + r0 + (c0 + c) * col_stride, 64);
+                detail::transpose_stage<8>(block);
+                detail::transpose_stage<4>(block);
+                detail::transpose_stage<2>(block);
+                detail::transpose_stage<1>(block);
+                for (int r = 0; r < 16; ++r) std::memcpy(tile + (r0 + r) * TILE_COLS + c0, &block[r], 64);
+            }
+        }
+    }
+    for (int64_t tc = 0; tc < cols; ++tc)
+        for (int64_t tr = (tc < done_cols ? done_rows : 0); tr < rows; ++tr)
+            tile[tr * TILE_COLS + tc] = src[tr + tc * col_stride];
+}
+
+}  // namespace tf
