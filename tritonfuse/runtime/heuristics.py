@@ -226,8 +226,10 @@ def _reduction(numels: dict[str, int], mode: str, hint: str | None) -> list[Conf
     # Inner: one long contiguous row per program, wide RBLOCK for coalesced loads.
     # Short rows: several rows per program so a program still has ~512 elements.
     inner = make(max(1, 512 // rp), 2048) if rp < 512 else make(1, 2048)
-    # Outer: r is strided; neighbouring x are contiguous, so tile x wide and r short.
-    outer = make(64, 8)
+    # Outer: r is strided; neighbouring x are contiguous, so tile x wide and r short, but
+    # keep enough programs (~x/16) to fill the GPU when x is only a few thousand.
+    outer_x = _clamp_pow2(xp // 128, 32, 64)     # >= 32 contiguous x: coalesced 128-byte rows
+    outer = make(outer_x, max(8, 512 // outer_x))
     configs = [outer, inner] if hint == "outer" else [inner, outer]
     if mode in ("default", "max"):
         configs += [make(1, 1024), make(8, 512), make(64, 64), make(2 * max(1, 256 // rp), 256)]

@@ -133,6 +133,9 @@ class TritonKernel:
             self.internal -= buffers_crossing_loops(planned)   # these go through memory
         else:
             planned = [Segment(0, False, layouts)]
+        last_loop = max((seg.index for seg in planned if seg.is_loop), default=-1)
+        # segments are numbered as they are appended below: the initial top-level one is 0
+        self.segment_count = last_loop + 1 + (1 if planned and planned[0].index == 0 else 0)
         for seg in planned:
             if seg.index > 0 or seg.is_loop:
                 self._close_segment()
@@ -245,7 +248,12 @@ class TritonKernel:
         index = self.kernel_index(index)
         mask = self._mask_for(index)
         expr = f"tl.load({pointer} + ({self._pointer_offset(index)})"
-        expr += f", {mask}, other=0)" if mask else ")"
+        expr += f", {mask}, other=0" if mask else ""
+        if self.looped and self.segment.loop:
+            # keep rows in L2 for the loops that read them again; let the last one evict
+            last = self.segment_count - 1 == len(self.segments) - 1
+            expr += ", eviction_policy='evict_first'" if last else ", eviction_policy='evict_last'"
+        expr += ")"
         if dtype in (torch.float16, torch.bfloat16):
             expr += ".to(tl.float32)"
         elif dtype == torch.bool:
