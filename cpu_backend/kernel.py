@@ -413,7 +413,7 @@ class CppKernel:
             out.splice(inner)
         out.writeline("};")
         out.writeline(f"int64_t {var}_start = 0;")
-        if size >= UNROLL * 4:
+        if UNROLL > 1 and size >= UNROLL * 4:
             step = f"{UNROLL} * tf::kVecLanes"
             out.writeline(f"for (; {var}_start + {step} <= {size}; {var}_start += {step}) {{")
             with out.indent():
@@ -422,14 +422,14 @@ class CppKernel:
                     out.writeline(f"body({var}_start{offset}, tf::kVecLanes, std::false_type{{}}, "
                                   f"std::integral_constant<int, {k}>{{}});")
             out.writeline("}")
-        out.writeline(f"for (; {var}_start < {size}; {var}_start += tf::kVecLanes) {{")
+        # full vectors, then at most one partial vector: no per-iteration tail test
+        out.writeline(f"for (; {var}_start + tf::kVecLanes <= {size}; {var}_start += tf::kVecLanes) {{")
         with out.indent():
-            out.writeline(f"const int count = {size} - {var}_start < tf::kVecLanes ? int({size} - {var}_start) "
-                          f": tf::kVecLanes;")
-            out.writeline(f"if (count == tf::kVecLanes) body({var}_start, count, std::false_type{{}}, "
-                          f"std::integral_constant<int, 0>{{}});")
-            out.writeline(f"else body({var}_start, count, std::true_type{{}}, std::integral_constant<int, 0>{{}});")
+            out.writeline(f"body({var}_start, tf::kVecLanes, std::false_type{{}}, std::integral_constant<int, 0>{{}});")
         out.writeline("}")
+        if size % 16:   # kVecLanes divides 16
+            out.writeline(f"if ({var}_start < {size}) body({var}_start, int({size} - {var}_start), std::true_type{{}}, "
+                          f"std::integral_constant<int, 0>{{}});")
         for _ in names[:-1]:
             out._indent -= 1
             out.writeline("}")
@@ -784,6 +784,8 @@ class CppKernel:
 
     # ---- ops: reductions --------------------------------------------------------------
     def reduction(self, dtype, src_dtype, reduction_type, value):
+        if reduction_type.startswith("welford"):
+            return self._welford(value, compute_dtype(src_dtype))[0 if reduction_type == "welford_mean" else 1]
         key = f"reduction:{reduction_type}:{value}"
         if key in self.cse.cache:
             return self.cse.cache[key]
@@ -815,6 +817,29 @@ class CppKernel:
             self.pre.writeline(f"{acc_type} {acc}({identity});")
             self.code.writeline(f"{acc} = {_COMBINE[reduction_type].format(acc=acc, value=value)};")
             result = CppVar(acc, dtype, vec)
+        self.finished_reductions[key] = result
+        self.cse.cache[key] = result
+        return result
+
+    def _welford(self, value, dtype):
+        """(mean, m2) of ``value`` over the reduced dims, one pass, shared by the
+        welford_mean and welford_m2 nodes of a var_mean."""
+        key = f"reduction:welford:{value}"
+        if key in self.cse.cache:
+            return self.cse.cache[key]
+        t = ctype(dtype)
+        acc = f"acc{self.acc_counter}"
+        self.acc_counter += 1
+        vector = self._vec_if(value, True)
+        if self.axis == "x":   # lanes are rows
+            self.pre.writeline(f"tf::Welford<tf::Vec<{t}>> {acc};")
+            self.code.writeline(f"{acc} = tf::welford_update({acc}, {vector});")
+            result = (CppVar(f"{acc}.mean", dtype, True), CppVar(f"{acc}.m2", dtype, True))
+        else:
+            self.pre.writeline(f"tf::WelfordAcc<{t}> {acc};")
+            self.code.writeline(f"tf::welford_add<TAIL>({acc}, {vector}, count);")
+            self.post.writeline(f"const auto {acc}_result = tf::welford_finish({acc});")
+            result = (CppVar(f"{acc}_result.mean", dtype, False), CppVar(f"{acc}_result.m2", dtype, False))
         self.finished_reductions[key] = result
         self.cse.cache[key] = result
         return result

@@ -23,6 +23,9 @@ class CppScheduling(BackendScheduling):
     # exp(x - max) in softmax is read by the sum and the division: keep it in a
     # row-sized local buffer rather than compute exp twice
     materialize_expensive_reuse = True
+    # a row of up to 16k floats (64 KB) stays in L1/L2 between the two passes, which then
+    # beat Welford's longer dependency chain; longer rows take one Welford pass
+    two_pass_variance_max_row = 16384
 
     def __init__(self, scheduler, wrapper, graph):
         super().__init__(scheduler, wrapper, graph)

@@ -50,7 +50,9 @@ PRIMITIVES = {
     "masked": OpSpec("masked", 3, ARG),          # (mask, body_fn, other)
 }
 
-REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all")
+# welford_mean / welford_m2: the mean and the sum of squared deviations of the values,
+# from one Welford pass (backends share one accumulator between the two)
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "welford_mean", "welford_m2")
 
 
 def reduction_result_dtype(reduction_type: str, src_dtype: torch.dtype) -> torch.dtype:

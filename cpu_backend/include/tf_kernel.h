@@ -242,3 +242,36 @@ TF_INLINE void transpose_to_tile(const T* src, int64_t col_stride, T* tile, int6
 }
 
 }  // namespace tf
+
+namespace tf {
+
+// Welford over a row, vectorized: full vectors update every lane together, so one scalar
+// step count (and one scalar reciprocal per step) serves all lanes; the lanes of the
+// partial last vector go to a scalar accumulator. welford_finish merges everything.
+template <typename T>
+struct WelfordAcc {
+    Welford<Vec<T>> lanes;
+    T steps = T(0);
+    Welford<T> tail;
+};
+
+template <bool TAIL, typename T>
+TF_INLINE void welford_add(WelfordAcc<T>& acc, const Vec<T>& x, int count) {
+    if constexpr (TAIL) {
+        for (int i = 0; i < count; ++i) acc.tail = welford_update(acc.tail, x[i]);
+    } else {
+        acc.steps += T(1);
+        const Vec<T> reciprocal(T(1) / acc.steps);
+        const Vec<T> delta = x - acc.lanes.mean;
+        acc.lanes.mean = acc.lanes.mean + delta * reciprocal;
+        acc.lanes.m2 = acc.lanes.m2 + delta * (x - acc.lanes.mean);
+    }
+}
+
+template <typename T>
+TF_INLINE Welford<T> welford_finish(WelfordAcc<T> acc) {
+    acc.lanes.weight = Vec<T>(acc.steps);
+    return welford_combine(welford_reduce_lanes(acc.lanes), acc.tail);
+}
+
+}  // namespace tf

@@ -9,6 +9,8 @@ class BackendScheduling:
     # Lowering realizes a transcendental value read by several consumers (instead of
     # recomputing it) when the device's backend sets this.
     materialize_expensive_reuse = False
+    # var/std rows up to this many elements are lowered as two passes instead of Welford.
+    two_pass_variance_max_row = 0
 
     def __init__(self, scheduler, wrapper, graph):
         self.scheduler = scheduler

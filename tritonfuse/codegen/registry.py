@@ -53,3 +53,13 @@ def prefers_materialized_reuse(device_type: str) -> bool:
     except KeyError:
         return False
     return getattr(cls, "materialize_expensive_reuse", False)
+
+
+def two_pass_variance_max_row(device_type: str) -> int:
+    """Rows up to this many elements get var/mean in two passes (mean, then squared
+    deviations) rather than one Welford pass: cheaper when the row stays in cache."""
+    try:
+        cls = get_scheduling_class(device_type)
+    except KeyError:
+        return 0
+    return getattr(cls, "two_pass_variance_max_row", 0)

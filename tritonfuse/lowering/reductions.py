@@ -12,6 +12,7 @@ from .. import sym
 from ..ir import Pointwise, Reduction, StorageBox, TensorBox, origins_of
 from ..virtualized import ops
 from .registry import SUPPORTED_DTYPES, Unsupported, aten, register_lowering
+from ..codegen.registry import two_pass_variance_max_row
 from .views import view
 
 
@@ -70,6 +71,8 @@ def make_reduction(x: TensorBox, dims, keepdim, reduction_type, result_dtype, sr
         def single(index):
             if reduction_type in ("argmax", "argmin"):
                 return ops.constant(0, torch.int64)
+            if reduction_type == "welford_m2":
+                return ops.constant(0, result_dtype)
             value = inner_fn(index, zeros)
             return value if src_dtype == result_dtype else ops.to_dtype(value, result_dtype)
         result = TensorBox.create(Pointwise(x.get_device(), result_dtype, single, ranges, origins=origins))
@@ -201,12 +204,29 @@ def mean(x, dim=None, keepdim=False, dtype=None):
 
 
 def _var_mean(x, dim, correction, keepdim):
+    """Welford: one pass gives the mean and M2 (the sum of squared deviations) together;
+    the two reductions share one accumulator in the generated kernel. Backends whose rows
+    stay in cache may ask for the exact two-pass form instead (mean, then M2)."""
     dtype = x.get_dtype()
     if not dtype.is_floating_point:
         raise Unsupported("var of an integer tensor")
     acc = _accumulate_dtype(dtype)
     count = _count(x, dim)
     correction = 1 if correction is None else correction
+    if count <= two_pass_variance_max_row(x.get_device().type):
+        mean_value, m2 = _mean_and_m2_two_pass(x, dim, keepdim, acc)
+    else:
+        mean_value = make_reduction(x, dim, keepdim, "welford_mean", acc, acc, origin="mean")
+        m2 = make_reduction(x, dim, keepdim, "welford_m2", acc, acc, origin="var")
+    divisor = max(count - correction, 0)
+    var = _map(m2, lambda v: ops.to_dtype(ops.truediv(v, ops.constant(divisor, acc)), dtype), dtype, "var")
+    mean_out = mean_value
+    if acc != dtype:
+        mean_out = _map(mean_out, lambda v: ops.to_dtype(v, dtype), dtype, "mean")
+    return var, mean_out
+
+
+def _mean_and_m2_two_pass(x, dim, keepdim, acc):
     mean_value = mean(x, dim, True, acc)           # keepdim, accumulation precision
     mean_loader = mean_value.make_loader()
     ndim = len(x.get_size())
@@ -221,12 +241,9 @@ def _var_mean(x, dim, correction, keepdim):
         return ops.mul(centered, centered)
 
     m2 = make_reduction(x, dim, keepdim, "sum", acc, acc, value_fn=squared_deviation, origin="var")
-    divisor = max(count - correction, 0)
-    var = _map(m2, lambda v: ops.to_dtype(ops.truediv(v, ops.constant(divisor, acc)), dtype), dtype, "var")
-    mean_out = mean_value if keepdim else view(mean_value, [s for d, s in enumerate(x.get_size()) if d not in dims])
-    if acc != dtype:
-        mean_out = _map(mean_out, lambda v: ops.to_dtype(v, dtype), dtype, "mean")
-    return var, mean_out
+    if not keepdim:
+        mean_value = view(mean_value, [s for d, s in enumerate(x.get_size()) if d not in dims])
+    return mean_value, m2
 
 
 @register_lowering(aten.var)

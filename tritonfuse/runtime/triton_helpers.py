@@ -171,3 +171,17 @@ def pow(a, b):
 @triton.jit
 def tan(x):
     return tl.sin(x) / tl.cos(x)
+
+
+@triton.jit
+def welford_combine(mean_a, m2_a, weight_a, mean_b, m2_b, weight_b):
+    """Merge two Welford partial results (Chan et al.); empty partials have weight 0."""
+    weight = weight_a + weight_b
+    delta = mean_b - mean_a
+    share_b = tl.where(weight == 0.0, 0.0, weight_b / tl.where(weight == 0.0, 1.0, weight))
+    return mean_a + delta * share_b, m2_a + m2_b + delta * delta * weight_a * share_b, weight
+
+
+@triton.jit
+def welford(mean, m2, weight, axis: tl.constexpr):
+    return tl.reduce((mean, m2, weight), axis, welford_combine)

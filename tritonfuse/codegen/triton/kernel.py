@@ -347,6 +347,8 @@ class TritonKernel:
 
     # ---- ops: reductions --------------------------------------------------------------
     def reduction(self, dtype, src_dtype, reduction_type, value):
+        if reduction_type.startswith("welford"):
+            return self._welford(value)[0 if reduction_type == "welford_mean" else 1]
         key = f"reduction:{reduction_type}:{value}"
         if key in self.cse.cache:
             return self.cse.cache[key]
@@ -362,6 +364,45 @@ class TritonKernel:
             result = self._looped_reduction(reduction_type, value_text, mask, identity, ttype, result_dtype)
         else:
             result = self._persistent_reduction(reduction_type, value_text, mask, identity, result_dtype)
+        self.cse.cache[key] = result
+        return result
+
+    def _welford(self, value):
+        """(mean, m2) of ``value`` over the row; shared by welford_mean and welford_m2.
+        Persistent: two passes over the row in registers (exact). Looped: Welford."""
+        key = f"reduction:welford:{value}"
+        if key in self.cse.cache:
+            return self.cse.cache[key]
+        mask = " & ".join((["xmask"] if self.needs_xmask else []) + (["rmask"] if self.needs_rmask else []))
+        v = self.cse.generate(self.out, f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])", torch.float32, over_r=True)
+        if not self.looped:
+            masked = self.cse.generate(self.out, f"tl.where({mask}, {v}, 0.0)" if mask else str(v), torch.float32,
+                                       over_r=True)
+            total = self.cse.generate(self.out, f"tl.sum({masked}, 1)[:, None]", torch.float32)
+            mean = self.cse.generate(self.out, f"{total} / {float(self.r_numel)}", torch.float32)
+            deviation = self.cse.generate(self.out, f"tl.where({mask}, {v} - {mean}, 0.0)" if mask
+                                          else f"{v} - {mean}", torch.float32, over_r=True)
+            m2 = self.cse.generate(self.out, f"tl.sum({deviation} * {deviation}, 1)[:, None]", torch.float32)
+            result = (mean, m2)
+        else:
+            seg, acc = self.segment, f"_acc{self.acc_counter}"
+            self.acc_counter += 1
+            for part in ("mean", "m2", "weight"):
+                seg.pre.writeline(f"{acc}_{part} = tl.zeros([XBLOCK, RBLOCK], tl.float32)")
+            out = self.out
+            out.writeline(f"{acc}_weight_next = {acc}_weight + 1.0")
+            out.writeline(f"{acc}_delta = {v} - {acc}_mean")
+            out.writeline(f"{acc}_mean_next = {acc}_mean + {acc}_delta / {acc}_weight_next")
+            out.writeline(f"{acc}_m2_next = {acc}_m2 + {acc}_delta * ({v} - {acc}_mean_next)")
+            for part in ("mean", "m2", "weight"):
+                update = f"{acc}_{part}_next"
+                out.writeline(f"{acc}_{part} = tl.where({mask}, {update}, {acc}_{part})" if mask
+                              else f"{acc}_{part} = {update}")
+            mean, m2 = self.cse.new_var(torch.float32), self.cse.new_var(torch.float32)
+            seg.post.writeline(f"{mean}, {m2}, _ = tf_helpers.welford({acc}_mean, {acc}_m2, {acc}_weight, 1)")
+            seg.post.writeline(f"{mean} = {mean}[:, None]")
+            seg.post.writeline(f"{m2} = {m2}[:, None]")
+            result = (mean, m2)
         self.cse.cache[key] = result
         return result
 
