@@ -44,7 +44,7 @@ STORAGE_TYPES = {
 HALF_TYPES = {torch.float16: "half", torch.bfloat16: "bf16"}
 PARALLEL_THRESHOLD = 32768   # elements of work below which a kernel runs on one thread
 UNROLL = 1                   # vector chunks per step of an inner reduction loop (4 measured slower)
-TILE_ROWS, TILE_COLS = 16, 64  # blocks walked by pointwise kernels that read transposed data
+TILE_ROWS, TILE_COLS = 32, 32  # blocks walked by pointwise kernels that read transposed data
 
 
 def compute_dtype(dtype):
