@@ -15,7 +15,7 @@ from typing import List, Optional
 import torch
 
 from . import config, metrics, sym
-from .dependencies import MemoryDep, extract_deps, split_sizes
+from .dependencies import extract_deps, split_sizes
 from .ir import ComputedBuffer, FallbackKernel
 
 log = logging.getLogger("tritonfuse.scheduler")

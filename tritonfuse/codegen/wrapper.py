@@ -74,7 +74,7 @@ class WrapperCodeGen:
             self.kernel_defs.writeline(f"name={name!r}, kind={kind!r}, numels={numels!r}, "
                                        f"mutated_arg_indices={mutated!r}, device_type={device_type!r},")
             self.kernel_defs.writeline(f"reduction_hint={hint!r}, configs=[{configs_text}],")
-            self.kernel_defs.writeline(f"source='''")
+            self.kernel_defs.writeline("source='''")
         for line in source.rstrip().splitlines():
             self.kernel_defs.lines.append(line.replace("\\", "\\\\").replace("'''", "\\'\\'\\'"))
         self.kernel_defs.lines.append("''')")

@@ -1,0 +1,312 @@
+"""Loop nests of the C++ backend: the parallel row loop, vector loops with their tails,
+tiles for transposed reads, and the rows-outer form of outer reductions. A mixin of
+CppKernel."""
+import math
+
+import sympy
+
+from tritonfuse import sym
+from tritonfuse.codegen.common import IndentedBuffer
+from tritonfuse.dependencies import plan_and_deps
+
+from . import common
+from .common import HALF_TYPES, STORAGE_TYPES, TILE_COLS, TILE_ROWS, _stride, cexpr, ctype
+
+
+class CppLoopNest:
+    def _rows_outer_reduction(self) -> bool:
+        """An outer reduction whose loop holds only sum/prod/max/min/any/all nodes:
+        stream the input row by row (contiguous) into a per-thread accumulator row."""
+        if self.axis != "x" or not self.is_reduction or not self.segments[0].is_loop:
+            return False
+        if len(self.segments) > 2 or any(s.is_loop for s in self.segments[1:]):
+            return False
+        for node, _, _, kind in self.segments[0].layouts:
+            if kind != "reduction" or node.buffer.data.reduction_type in ("argmax", "argmin"):
+                return False
+        return True
+
+    def _generate_rows_outer_reduction(self) -> str:
+        x_total = math.prod(self.x_sizes)
+        self.rows_outer = True
+        self.partials = []                  # (accumulator name, C type, identity, combine)
+        loop_body, epilogue = IndentedBuffer(), IndentedBuffer()
+        self.pre, self.post = IndentedBuffer(), epilogue
+        self.code, self.vec_mode, self.in_r_loop = loop_body, True, True
+        self.segment_index = 0
+        for layout in self.segments[0].layouts:
+            self._run_node(*layout)
+        self.in_r_loop = False
+        self.finished_reductions = {}
+        self.code = epilogue
+        for seg in self.segments[1:]:
+            self.segment_index = seg.index
+            for layout in seg.layouts:
+                self._run_node(*layout)
+        self.vec_mode = False
+        work = self.group.x_numel * self.group.r_numel
+        threads = self.num_threads if (self.num_threads > 1 and work >= common.PARALLEL_THRESHOLD) else 1
+        code = IndentedBuffer()
+        code.writeline(f'extern "C" void {self.name}({self._params()}) {{')
+        with code.indent():
+            code.writeline(f"constexpr int64_t kRows = {x_total};   // accumulator row: one slot per output")
+            code.writeline(f"const int nthreads = {threads};")
+            for acc, t, identity, _ in self.partials:
+                code.writeline(f"std::unique_ptr<{t}[]> {acc}_partial(new {t}[nthreads * kRows + tf::kVecLanes]);")
+            code.writeline("#pragma omp parallel num_threads(nthreads)" if threads > 1 else "{")
+            if threads > 1:
+                code.writeline("{")
+            with code.indent():
+                code.writeline("const int tid = " + ("omp_get_thread_num();" if threads > 1 else "0;"))
+                for acc, t, identity, _ in self.partials:
+                    code.writeline(f"{t}* __restrict__ {acc}_row = {acc}_partial.get() + tid * kRows;")
+                    code.writeline(f"for (int64_t i = 0; i < kRows; ++i) {acc}_row[i] = {identity};")
+                if threads > 1:
+                    collapse = f" collapse({len(self.r_sizes)})" if len(self.r_sizes) > 1 else ""
+                    code.writeline(f"#pragma omp for{collapse} schedule(static)")
+                for i, size in enumerate(self.r_sizes):
+                    code.writeline(f"for (int64_t r{i} = 0; r{i} < {size}; ++r{i}) {{")
+                    code._indent += 1
+                self._emit_x_chunks(code, loop_body)
+                for _ in self.r_sizes:
+                    code._indent -= 1
+                    code.writeline("}")
+            code.writeline("}")
+            code.writeline("// combine the threads' rows in a fixed order, then the row-wise epilogue")
+            self._emit_x_chunks(code, epilogue)
+        code.writeline("}")
+        return code.getvalue()
+
+    def _emit_x_chunks(self, code, inner):
+        names = [f"x{i}" for i in range(len(self.x_sizes))]
+        for name, size in zip(names[:-1], self.x_sizes[:-1]):
+            code.writeline(f"for (int64_t {name} = 0; {name} < {size}; ++{name}) {{")
+            code._indent += 1
+        self._emit_vector_loops(code, [], [], inner, vector_dim=("x", len(self.x_sizes) - 1, self.x_sizes[-1]))
+        for _ in names[:-1]:
+            code._indent -= 1
+            code.writeline("}")
+
+    def _x_flat(self) -> str:
+        strides = sym.contiguous_strides([sympy.Integer(s) for s in self.x_sizes])
+        return cexpr(sum((sympy.Symbol(f"x{i}", integer=True) * st for i, st in enumerate(strides)),
+                         sympy.Integer(0)))
+
+    def _emit_vector_x_chunk(self, out):
+        """Pointwise kernels and outer reductions: everything inside one vector chunk of x."""
+        inner = IndentedBuffer()
+        self.code = inner
+        self.vec_mode = True
+        for seg in self.segments:
+            self.segment_index = seg.index
+            if seg.is_loop:
+                self.pre, self.post = IndentedBuffer(), IndentedBuffer()
+                loop_body = IndentedBuffer()
+                self.code = loop_body
+                self.in_r_loop = True
+                snapshot = dict(self.cse.cache)
+                for layout in seg.layouts:
+                    self._run_node(*layout)
+                self.cse.cache = dict(snapshot, **self.finished_reductions)
+                self.finished_reductions = {}
+                self.in_r_loop = False
+                self.code = inner
+                inner.splice(self.pre)
+                for i, size in enumerate(self.r_sizes):
+                    inner.writeline(f"for (int64_t r{i} = 0; r{i} < {size}; ++r{i}) {{")
+                    inner._indent += 1
+                inner.splice(loop_body)
+                for _ in self.r_sizes:
+                    inner._indent -= 1
+                    inner.writeline("}")
+                inner.splice(self.post)
+            else:
+                for layout in seg.layouts:
+                    self._run_node(*layout)
+        self.vec_mode = False
+        if self.tiled:
+            self._emit_tiles(out, inner)
+        else:
+            self._emit_vector_loops(out, [], [], inner, vector_dim=("x", len(self.x_sizes) - 1, self.x_sizes[-1]))
+
+    def _needs_tiling(self, layouts) -> bool:
+        """A pointwise kernel that reads some input transposed (contiguous along the
+        second-innermost dim): walk TILE x TILE blocks so the gathered lines get reused."""
+        if self.is_reduction or len(self.x_sizes) < 2:
+            return False
+        inner = sympy.Symbol(f"x{len(self.x_sizes) - 1}", integer=True, nonnegative=True)
+        outer = sympy.Symbol(f"x{len(self.x_sizes) - 2}", integer=True, nonnegative=True)
+        for node, xs, rs, _ in layouts:
+            _, reads, _ = plan_and_deps(node.buffer, xs, rs)
+            if any(_stride(dep.index, inner) not in (0, 1) and _stride(dep.index, outer) == 1 for dep in reads):
+                return True
+        return False
+
+    def _emit_tiles(self, out, inner):
+        k = len(self.x_sizes) - 1
+        rows, cols = self.x_sizes[k - 1], self.x_sizes[k]
+        out.writeline(f"for (int64_t x{k - 1}_tile = 0; x{k - 1}_tile < {rows}; x{k - 1}_tile += {TILE_ROWS}) {{")
+        out.writeline(f"for (int64_t x{k}_tile = 0; x{k}_tile < {cols}; x{k}_tile += {TILE_COLS}) {{")
+        with out.indent():
+            out.writeline(f"const int64_t x{k - 1}_end = std::min<int64_t>(x{k - 1}_tile + {TILE_ROWS}, {rows});")
+            out.writeline(f"const int64_t x{k}_end = std::min<int64_t>(x{k}_tile + {TILE_COLS}, {cols});")
+            self._emit_tile_fills(out)
+            out.writeline(f"for (int64_t x{k - 1} = x{k - 1}_tile; x{k - 1} < x{k - 1}_end; ++x{k - 1}) {{")
+            out.writeline(f"for (int64_t x{k} = x{k}_tile; x{k} < x{k}_end; x{k} += tf::kVecLanes) {{")
+            with out.indent():
+                out.writeline(f"const int count = x{k}_end - x{k} < tf::kVecLanes ? int(x{k}_end - x{k}) : tf::kVecLanes;")
+                out.writeline("auto body = [&](auto tail) TF_INLINE_LAMBDA {")
+                with out.indent():
+                    out.writeline("constexpr bool TAIL = decltype(tail)::value;")
+                    out.writeline("(void)TAIL;")
+                    out.splice(inner)
+                out.writeline("};")
+                out.writeline("if (count == tf::kVecLanes) body(std::false_type{}); else body(std::true_type{});")
+            out.writeline("}")
+            out.writeline("}")
+        out.writeline("}")
+        out.writeline("}")
+
+    def _emit_unrolled_r_loops(self, out, inner):
+        """The reduced dims; the innermost in vector chunks, common.UNROLL chunks per step, each
+        with its own accumulator slot so loop-carried chains run in parallel."""
+        names = [f"r{i}" for i in range(len(self.r_sizes))]
+        out.writeline("{")
+        out._indent += 1
+        for name, size in zip(names[:-1], self.r_sizes[:-1]):
+            out.writeline(f"for (int64_t {name} = 0; {name} < {size}; ++{name}) {{")
+            out._indent += 1
+        var, size = names[-1], self.r_sizes[-1]
+        out.writeline(f"auto body = [&](int64_t {var}, int count, auto tail, auto slot) TF_INLINE_LAMBDA {{")
+        with out.indent():
+            out.writeline("constexpr bool TAIL = decltype(tail)::value;")
+            out.writeline("constexpr int SLOT = decltype(slot)::value;")
+            out.writeline("(void)TAIL; (void)SLOT; (void)count;")
+            out.splice(inner)
+        out.writeline("};")
+        out.writeline(f"int64_t {var}_start = 0;")
+        if common.UNROLL > 1 and size >= common.UNROLL * 4:
+            step = f"{common.UNROLL} * tf::kVecLanes"
+            out.writeline(f"for (; {var}_start + {step} <= {size}; {var}_start += {step}) {{")
+            with out.indent():
+                for k in range(common.UNROLL):
+                    offset = f" + {k} * tf::kVecLanes" if k else ""
+                    out.writeline(f"body({var}_start{offset}, tf::kVecLanes, std::false_type{{}}, "
+                                  f"std::integral_constant<int, {k}>{{}});")
+            out.writeline("}")
+        # full vectors, then at most one partial vector: no per-iteration tail test
+        out.writeline(f"for (; {var}_start + tf::kVecLanes <= {size}; {var}_start += tf::kVecLanes) {{")
+        with out.indent():
+            out.writeline(f"body({var}_start, tf::kVecLanes, std::false_type{{}}, std::integral_constant<int, 0>{{}});")
+        out.writeline("}")
+        if size % 16:   # kVecLanes divides 16
+            out.writeline(f"if ({var}_start < {size}) body({var}_start, int({size} - {var}_start), std::true_type{{}}, "
+                          f"std::integral_constant<int, 0>{{}});")
+        for _ in names[:-1]:
+            out._indent -= 1
+            out.writeline("}")
+        out._indent -= 1
+        out.writeline("}")
+
+    def _emit_vector_loops(self, out, names, sizes, inner, vector_dim=None):
+        """Loops over ``names``; the last one runs in vector chunks through a lambda."""
+        if vector_dim is None:
+            vector_dim = ("r", len(sizes) - 1, sizes[-1])
+            names, sizes = names[:-1], sizes[:-1]
+        prefix, index, size = vector_dim
+        var = f"{prefix}{index}"
+        for name, s in zip(names, sizes):
+            out.writeline(f"for (int64_t {name} = 0; {name} < {s}; ++{name}) {{")
+            out._indent += 1
+        out.writeline(f"for (int64_t {var} = 0; {var} < {size}; {var} += tf::kVecLanes) {{")
+        with out.indent():
+            if size % 16 == 0 and size >= 64:
+                out.writeline("const int count = tf::kVecLanes;")
+            else:
+                out.writeline(f"const int count = {size} - {var} < tf::kVecLanes ? int({size} - {var}) : tf::kVecLanes;")
+            out.writeline("auto body = [&](auto tail) TF_INLINE_LAMBDA {")
+            with out.indent():
+                out.writeline("constexpr bool TAIL = decltype(tail)::value;")
+                out.writeline("(void)TAIL;")
+                out.splice(inner)
+            out.writeline("};")
+            out.writeline("if (count == tf::kVecLanes) body(std::false_type{}); else body(std::true_type{});")
+        out.writeline("}")
+        for _ in names:
+            out._indent -= 1
+            out.writeline("}")
+
+    def _params(self) -> str:
+        params = []
+        for param, buffer in self.args.call_order():
+            dtype = self.graph.name_to_buffer[buffer].get_dtype()
+            const = "const " if param.startswith("in_") else ""
+            params.append(f"{const}{STORAGE_TYPES[dtype]}* __restrict__ {param}")
+        return ", ".join(params)
+
+    def _function(self, body: IndentedBuffer) -> str:
+        code = IndentedBuffer()
+        code.writeline(f'extern "C" void {self.name}({self._params()}) {{')
+        with code.indent():
+            outer_names = [f"x{i}" for i in range(len(self.x_sizes))]
+            outer_sizes = list(self.x_sizes)
+            if self.tiled:
+                outer_names, outer_sizes = outer_names[:-2], outer_sizes[:-2]
+                tiles = -(-self.x_sizes[-2] // TILE_ROWS) * -(-self.x_sizes[-1] // TILE_COLS)
+                outer_count = (math.prod(outer_sizes) if outer_sizes else 1) * tiles
+            elif self.axis == "x":
+                outer_names, outer_sizes = outer_names[:-1], outer_sizes[:-1]
+                chunks = -(-self.x_sizes[-1] // 16)
+                outer_count = (math.prod(outer_sizes) if outer_sizes else 1) * chunks
+            else:
+                outer_count = math.prod(outer_sizes) if outer_sizes else 1
+            work = self.group.x_numel * self.group.r_numel
+            parallel = self.num_threads > 1 and work >= common.PARALLEL_THRESHOLD and outer_count > 1
+            loops = len(outer_names) + (2 if self.tiled else 1 if self.axis == "x" else 0)
+            if parallel:
+                code.writeline(f"#pragma omp parallel num_threads({self.num_threads})")
+                code.writeline("{")
+                code._indent += 1
+            self._declare_local_buffers(code)
+            if parallel and loops:
+                collapse = f" collapse({loops})" if loops > 1 else ""
+                code.writeline(f"#pragma omp for{collapse} schedule(static)")
+            for name, size in zip(outer_names, outer_sizes):
+                code.writeline(f"for (int64_t {name} = 0; {name} < {size}; ++{name}) {{")
+                code._indent += 1
+            code.splice(body)
+            for _ in outer_names:
+                code._indent -= 1
+                code.writeline("}")
+            if parallel:
+                code._indent -= 1
+                code.writeline("}")
+        code.writeline("}")
+        return code.getvalue()
+
+    def _declare_local_buffers(self, code):
+        row = math.prod(self.r_sizes) if self.r_sizes else 1
+        for name, local in self.local_buffers.items():
+            t = ctype(self.graph.name_to_buffer[name].get_dtype())
+            code.writeline(f"tf::LocalBuffer<{t}> {local}_storage({row});  // one row of {name}, per thread")
+            code.writeline(f"{t}* __restrict__ {local} = {local}_storage.get();")
+
+    def _emit_tile_fills(self, out):
+        k = len(self.x_sizes) - 1
+        outer = sympy.Symbol(f"x{k - 1}", integer=True, nonnegative=True)
+        inner = sympy.Symbol(f"x{k}", integer=True, nonnegative=True)
+        row, col = sympy.Symbol("tr", integer=True), sympy.Symbol("tc", integer=True)
+        for name, pointer, index, dtype in self.tiles.values():
+            out.writeline(f"alignas(64) {ctype(dtype)} {name}[{TILE_ROWS * TILE_COLS}];")
+            corner = index.xreplace({outer: sympy.Symbol(f"x{k - 1}_tile", integer=True),
+                                     inner: sympy.Symbol(f"x{k}_tile", integer=True)})
+            if dtype not in HALF_TYPES:
+                out.writeline(f"tf::transpose_to_tile<{TILE_COLS}>({pointer} + {cexpr(corner)}, "
+                              f"{_stride(index, inner)}, {name}, x{k - 1}_end - x{k - 1}_tile, x{k}_end - x{k}_tile);")
+                continue
+            source = index.xreplace({outer: sympy.Symbol(f"x{k - 1}_tile", integer=True) + row,
+                                     inner: sympy.Symbol(f"x{k}_tile", integer=True) + col})
+            value = f"tf::{HALF_TYPES[dtype]}_to_float({pointer}[{cexpr(source)}])"
+            out.writeline(f"for (int64_t tc = 0; tc < x{k}_end - x{k}_tile; ++tc)")
+            out.writeline(f"    for (int64_t tr = 0; tr < x{k - 1}_end - x{k - 1}_tile; ++tr)")
+            out.writeline(f"        {name}[tr * {TILE_COLS} + tc] = {value};")
