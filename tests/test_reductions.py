@@ -101,3 +101,16 @@ def test_reduction_epilogue_over_rows(device):
     x = rand(10, 64, device=device)
     check(lambda a: a - a.mean(-1, keepdim=True) * 2, x, rtol=1e-4)
     assert kernel_count() == 1
+
+
+@pytest.mark.parametrize("cols", [37, 2000])
+def test_softmax_family_special_values(device, cols):
+    # exercises the online (one-pass) softmax sum on Triton: -inf, nan, inf, an all -inf row
+    x = rand(6, cols, device=device) * 5
+    x[1, 3] = float("-inf")
+    x[2, :] = float("-inf")
+    x[3, 5] = float("nan")
+    x[4, 7] = float("inf")
+    target = torch.arange(6, device=device) % cols
+    check(lambda a: (torch.softmax(a, -1), torch.log_softmax(a, -1),
+                     torch.nn.functional.cross_entropy(a, target, reduction="none")), x, atol=1e-5, rtol=1e-4)

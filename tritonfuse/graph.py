@@ -17,8 +17,10 @@ from .ir import (
     Buffer, ComputedBuffer, FallbackKernel, FallbackOutput, InputBuffer, Layout, Pointwise, StorageBox,
     TensorBox, as_strided_buffer, storage_of, strided_layout_of,
 )
-from .codegen.registry import prefers_materialized_reuse
+from .codegen.registry import prefers_materialized_reuse, prefers_online_softmax
 from .lowering import Unsupported, lowerings
+from .lowering.reductions import sumexp
+from .patterns import match_online_softmax_sum
 
 log = logging.getLogger("tritonfuse")
 aten = torch.ops.aten
@@ -45,6 +47,7 @@ class GraphLowering(torch.fx.Interpreter):
         self.outputs = []            # IR buffers / views, in output order
         self.name_to_buffer = {}
         self.current_node = None
+        self.lowered = {}            # fx node -> its lowered value (for graph-level rewrites)
         self._placeholder_index = 0
 
     # ---- names and registration -----------------------------------------------------
@@ -99,6 +102,9 @@ class GraphLowering(torch.fx.Interpreter):
     def call_function(self, target, args, kwargs):
         if target is operator.getitem:
             return args[0][args[1]]
+        rewritten = self._rewrite(self.current_node)
+        if rewritten is not None:
+            return rewritten
         lowering = lowerings.get(target)
         reason = None
         if lowering is None:
@@ -110,9 +116,25 @@ class GraphLowering(torch.fx.Interpreter):
                 reason = str(error)
         return self.make_fallback(target, args, kwargs, reason)
 
+    def _rewrite(self, node):
+        """Graph-level rewrites the backend of the node's device asks for (patterns.py)."""
+        match = match_online_softmax_sum(node)
+        if match is None:
+            return None
+        x_node, dims = match
+        x = self.lowered.get(x_node)
+        if not isinstance(x, TensorBox) or not prefers_online_softmax(x.get_device().type):
+            return None
+        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        try:
+            return sumexp(x, dims, keepdim)
+        except Unsupported:
+            return None
+
     def run_node(self, node):
         self.current_node = node
         result = super().run_node(node)
+        self.lowered[node] = result   # fx.Interpreter drops env entries after their last use
         if isinstance(result, TensorBox) and len(node.users) > 1:
             self._maybe_realize_reused(result, len(node.users))
         return result

@@ -52,7 +52,9 @@ PRIMITIVES = {
 
 # welford_mean / welford_m2: the mean and the sum of squared deviations of the values,
 # from one Welford pass (backends share one accumulator between the two)
-REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "welford_mean", "welford_m2")
+# sumexp: sum(exp(v - max(v))) in one pass (online softmax; only backends that ask for it)
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "welford_mean", "welford_m2",
+                   "sumexp")
 
 
 def reduction_result_dtype(reduction_type: str, src_dtype: torch.dtype) -> torch.dtype:

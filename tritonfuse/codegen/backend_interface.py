@@ -11,6 +11,8 @@ class BackendScheduling:
     materialize_expensive_reuse = False
     # var/std rows up to this many elements are lowered as two passes instead of Welford.
     two_pass_variance_max_row = 0
+    # Lower sum(exp(x - amax(x))) as one online "sumexp" reduction (see patterns.py).
+    online_softmax = False
 
     def __init__(self, scheduler, wrapper, graph):
         self.scheduler = scheduler

@@ -63,3 +63,12 @@ def two_pass_variance_max_row(device_type: str) -> int:
     except KeyError:
         return 0
     return getattr(cls, "two_pass_variance_max_row", 0)
+
+
+def prefers_online_softmax(device_type: str) -> bool:
+    """Whether sum(exp(x - amax(x))) should become one online "sumexp" reduction."""
+    try:
+        cls = get_scheduling_class(device_type)
+    except KeyError:
+        return False
+    return getattr(cls, "online_softmax", False)

@@ -73,6 +73,9 @@ def make_reduction(x: TensorBox, dims, keepdim, reduction_type, result_dtype, sr
                 return ops.constant(0, torch.int64)
             if reduction_type == "welford_m2":
                 return ops.constant(0, result_dtype)
+            if reduction_type == "sumexp":   # exp(v - v): 1, or nan for inf/nan as in eager
+                value = inner_fn(index, zeros)
+                return ops.exp(ops.sub(value, value))
             value = inner_fn(index, zeros)
             return value if src_dtype == result_dtype else ops.to_dtype(value, result_dtype)
         result = TensorBox.create(Pointwise(x.get_device(), result_dtype, single, ranges, origins=origins))
@@ -272,3 +275,11 @@ def std(x, dim=None, unbiased=None, keepdim=False, correction=None):
     dtype = value.get_dtype()
     acc = _accumulate_dtype(dtype)
     return _map(value, lambda v: ops.to_dtype(ops.sqrt(ops.to_dtype(v, acc)), dtype), dtype, "std")
+
+
+def sumexp(x, dims, keepdim):
+    """sum(exp(x - amax(x))) over ``dims`` as one reduction (the online-softmax rewrite)."""
+    dtype = x.get_dtype()
+    acc = _accumulate_dtype(dtype)
+    result = make_reduction(x, dims, keepdim, "sumexp", acc, acc, origin="sum")
+    return result if acc == dtype else _map(result, lambda v: ops.to_dtype(v, dtype), dtype, "sum")

@@ -185,3 +185,28 @@ def welford_combine(mean_a, m2_a, weight_a, mean_b, m2_b, weight_b):
 @triton.jit
 def welford(mean, m2, weight, axis: tl.constexpr):
     return tl.reduce((mean, m2, weight), axis, welford_combine)
+
+
+@triton.jit
+def exp_shifted(value, shift):
+    """exp(value - shift), 0 where both are -inf (an empty or fully masked lane)."""
+    return tl.where(shift == float("-inf"), 0.0, tl.exp(value - shift))
+
+
+@triton.jit
+def online_softmax_update(running_max, running_sum, value):
+    """One step of the online softmax sum: rescale the sum when the max grows."""
+    new_max = maximum(running_max, value)
+    new_sum = running_sum * exp_shifted(running_max, new_max) + exp_shifted(value, new_max)
+    return new_max, new_sum
+
+
+@triton.jit
+def online_softmax_merge(running_max, running_sum, axis: tl.constexpr):
+    """Merge the lanes' (max, sum) pairs into sum(exp(v - max(v))) along ``axis``."""
+    row_max = max2(running_max, axis)
+    if axis == 1:
+        shift = row_max[:, None]
+    else:
+        shift = row_max[None, :]
+    return tl.sum(running_sum * exp_shifted(running_max, shift), axis)

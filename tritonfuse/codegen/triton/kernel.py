@@ -349,6 +349,8 @@ class TritonKernel:
     def reduction(self, dtype, src_dtype, reduction_type, value):
         if reduction_type.startswith("welford"):
             return self._welford(value)[0 if reduction_type == "welford_mean" else 1]
+        if reduction_type == "sumexp":
+            return self._sumexp(value)
         key = f"reduction:{reduction_type}:{value}"
         if key in self.cse.cache:
             return self.cse.cache[key]
@@ -403,6 +405,31 @@ class TritonKernel:
             seg.post.writeline(f"{mean} = {mean}[:, None]")
             seg.post.writeline(f"{m2} = {m2}[:, None]")
             result = (mean, m2)
+        self.cse.cache[key] = result
+        return result
+
+    def _sumexp(self, value):
+        """sum(exp(v - max(v))) over the row in one pass: per lane a running max m and a
+        running sum s rescaled whenever m grows; lanes are merged at the end."""
+        key = f"reduction:sumexp:{value}"
+        if key in self.cse.cache:
+            return self.cse.cache[key]
+        mask = " & ".join((["xmask"] if self.needs_xmask else []) + (["rmask"] if self.needs_rmask else []))
+        v = self.cse.generate(self.out, f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])", torch.float32, over_r=True)
+        if mask:
+            v = self.cse.generate(self.out, f'tl.where({mask}, {v}, float("-inf"))', torch.float32, over_r=True)
+        if not self.looped:
+            row_max = self.cse.generate(self.out, f"tf_helpers.max2({v}, 1)[:, None]", torch.float32)
+            terms = self.cse.generate(self.out, f"tf_helpers.exp_shifted({v}, {row_max})", torch.float32, over_r=True)
+            result = self.cse.generate(self.out, f"tl.sum({terms}, 1)[:, None]", torch.float32)
+        else:
+            seg, acc = self.segment, f"_acc{self.acc_counter}"
+            self.acc_counter += 1
+            seg.pre.writeline(f'{acc}_max = tl.full([XBLOCK, RBLOCK], float("-inf"), tl.float32)')
+            seg.pre.writeline(f"{acc}_sum = tl.zeros([XBLOCK, RBLOCK], tl.float32)")
+            self.out.writeline(f"{acc}_max, {acc}_sum = tf_helpers.online_softmax_update({acc}_max, {acc}_sum, {v})")
+            result = self.cse.new_var(torch.float32)
+            seg.post.writeline(f"{result} = tf_helpers.online_softmax_merge({acc}_max, {acc}_sum, 1)[:, None]")
         self.cse.cache[key] = result
         return result
 

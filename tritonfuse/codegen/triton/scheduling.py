@@ -22,6 +22,7 @@ _templates = jinja2.Environment(
 
 
 class TritonScheduling(BackendScheduling):
+    online_softmax = True
     ops_table = TRITON_OPS
     use_libdevice = True
     launcher_device = "cuda"
