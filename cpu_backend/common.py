@@ -9,6 +9,7 @@ import torch
 
 from tritonfuse.codegen.common import IndexPrinter
 
+
 PARALLEL_THRESHOLD = 32768   # elements of work below which a kernel runs on one thread
 UNROLL = 1                   # vector chunks per step of an inner reduction loop (4 measured slower)
 TILE_ROWS, TILE_COLS = 32, 32  # blocks walked by pointwise kernels that read transposed data
@@ -69,15 +70,6 @@ def cpp_constant(value, dtype) -> str:
     return f"{ctype(dtype)}({int(value)})"
 
 
-REDUCTION_IDENTITY = {"sum": 0, "prod": 1, "any": False, "all": True}
-
-
-def reduction_identity(reduction_type, dtype):
-    if reduction_type in REDUCTION_IDENTITY:
-        return REDUCTION_IDENTITY[reduction_type]
-    if reduction_type in ("max", "argmax"):
-        return float("-inf") if dtype.is_floating_point else torch.iinfo(dtype).min
-    return float("inf") if dtype.is_floating_point else torch.iinfo(dtype).max
 
 
 @dataclass(eq=False)

@@ -129,6 +129,18 @@ class CppKernel(CppLoopNest, CppReductions):
             else:
                 node.buffer.body(self.plan.raw_x + self.plan.raw_r, [])
 
+    def _run_loop_segment(self, seg, body):
+        """Generate the nodes of one inner loop into ``body``; values computed inside the
+        loop go out of scope after it, reduction results live on."""
+        self.code = body
+        self.in_r_loop = True
+        snapshot = dict(self.cse.cache)
+        for layout in seg.layouts:
+            self._run_node(*layout)
+        self.cse.cache = dict(snapshot, **self.finished_reductions)
+        self.finished_reductions = {}
+        self.in_r_loop = False
+
     def _emit_segment(self, out, seg):
         """One segment of an "r"-vectorized (or scalar) kernel, inside the row loop."""
         self.segment_index = seg.index
@@ -141,15 +153,8 @@ class CppKernel(CppLoopNest, CppReductions):
             return
         pre, post, inner = IndentedBuffer(), IndentedBuffer(), IndentedBuffer()
         self.pre, self.post = pre, post
-        self.code = inner
         self.vec_mode = True
-        self.in_r_loop = True
-        snapshot = dict(self.cse.cache)
-        for layout in seg.layouts:
-            self._run_node(*layout)
-        self.cse.cache = dict(snapshot, **self.finished_reductions)
-        self.finished_reductions = {}
-        self.in_r_loop = False
+        self._run_loop_segment(seg, inner)
         self.vec_mode = False
         out.writeline(f"// loop {seg.index + 1}: {', '.join(sorted(set(o for n, _, _, _ in seg.layouts for o in n.origins)))}")
         out.splice(pre)

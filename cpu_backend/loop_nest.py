@@ -102,14 +102,7 @@ class CppLoopNest:
             if seg.is_loop:
                 self.pre, self.post = IndentedBuffer(), IndentedBuffer()
                 loop_body = IndentedBuffer()
-                self.code = loop_body
-                self.in_r_loop = True
-                snapshot = dict(self.cse.cache)
-                for layout in seg.layouts:
-                    self._run_node(*layout)
-                self.cse.cache = dict(snapshot, **self.finished_reductions)
-                self.finished_reductions = {}
-                self.in_r_loop = False
+                self._run_loop_segment(seg, loop_body)
                 self.code = inner
                 inner.splice(self.pre)
                 for i, size in enumerate(self.r_sizes):
@@ -154,14 +147,7 @@ class CppLoopNest:
             out.writeline(f"for (int64_t x{k - 1} = x{k - 1}_tile; x{k - 1} < x{k - 1}_end; ++x{k - 1}) {{")
             out.writeline(f"for (int64_t x{k} = x{k}_tile; x{k} < x{k}_end; x{k} += tf::kVecLanes) {{")
             with out.indent():
-                out.writeline(f"const int count = x{k}_end - x{k} < tf::kVecLanes ? int(x{k}_end - x{k}) : tf::kVecLanes;")
-                out.writeline("auto body = [&](auto tail) TF_INLINE_LAMBDA {")
-                with out.indent():
-                    out.writeline("constexpr bool TAIL = decltype(tail)::value;")
-                    out.writeline("(void)TAIL;")
-                    out.splice(inner)
-                out.writeline("};")
-                out.writeline("if (count == tf::kVecLanes) body(std::false_type{}); else body(std::true_type{});")
+                self._emit_chunk(out, inner, f"x{k}_end - x{k} < tf::kVecLanes ? int(x{k}_end - x{k}) : tf::kVecLanes")
             out.writeline("}")
             out.writeline("}")
         out.writeline("}")
@@ -220,21 +206,26 @@ class CppLoopNest:
             out._indent += 1
         out.writeline(f"for (int64_t {var} = 0; {var} < {size}; {var} += tf::kVecLanes) {{")
         with out.indent():
-            if size % 16 == 0 and size >= 64:
-                out.writeline("const int count = tf::kVecLanes;")
-            else:
-                out.writeline(f"const int count = {size} - {var} < tf::kVecLanes ? int({size} - {var}) : tf::kVecLanes;")
-            out.writeline("auto body = [&](auto tail) TF_INLINE_LAMBDA {")
-            with out.indent():
-                out.writeline("constexpr bool TAIL = decltype(tail)::value;")
-                out.writeline("(void)TAIL;")
-                out.splice(inner)
-            out.writeline("};")
-            out.writeline("if (count == tf::kVecLanes) body(std::false_type{}); else body(std::true_type{});")
+            full = size % 16 == 0 and size >= 64   # kVecLanes divides 16: never a tail
+            self._emit_chunk(out, inner, "tf::kVecLanes" if full else
+                             f"{size} - {var} < tf::kVecLanes ? int({size} - {var}) : tf::kVecLanes")
         out.writeline("}")
         for _ in names:
             out._indent -= 1
             out.writeline("}")
+
+    @staticmethod
+    def _emit_chunk(out, inner, count):
+        """One vector chunk: ``inner`` as a lambda instantiated for a full vector and for
+        the tail, chosen by ``count`` (a C expression)."""
+        out.writeline(f"const int count = {count};")
+        out.writeline("auto body = [&](auto tail) TF_INLINE_LAMBDA {")
+        with out.indent():
+            out.writeline("constexpr bool TAIL = decltype(tail)::value;")
+            out.writeline("(void)TAIL;")
+            out.splice(inner)
+        out.writeline("};")
+        out.writeline("if (count == tf::kVecLanes) body(std::false_type{}); else body(std::true_type{});")
 
     def _params(self) -> str:
         params = []

@@ -3,8 +3,10 @@ and their final combination. A mixin of CppKernel (it uses the kernel's code buf
 ``pre`` before the loop, ``code`` inside it, ``post`` after it)."""
 import torch
 
+from tritonfuse.ops_table import reduction_identity
+
 from . import common
-from .common import CppVar, cexpr, compute_dtype, cpp_constant, ctype, reduction_identity
+from .common import CppVar, cexpr, compute_dtype, cpp_constant, ctype
 
 _COMBINE = {
     "sum": "{acc} + {value}",

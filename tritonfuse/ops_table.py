@@ -57,6 +57,20 @@ REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all"
                    "sumexp")
 
 
+REDUCTION_IDENTITY = {"sum": 0, "prod": 1, "any": False, "all": True}
+
+
+def reduction_identity(reduction_type, dtype):
+    """The value a reduction starts from (and fills masked lanes with)."""
+    if reduction_type in REDUCTION_IDENTITY:
+        return REDUCTION_IDENTITY[reduction_type]
+    if reduction_type in ("max", "argmax"):
+        return float("-inf") if dtype.is_floating_point else torch.iinfo(dtype).min
+    if reduction_type in ("min", "argmin"):
+        return float("inf") if dtype.is_floating_point else torch.iinfo(dtype).max
+    raise ValueError(f"no identity for reduction {reduction_type!r}")
+
+
 def reduction_result_dtype(reduction_type: str, src_dtype: torch.dtype) -> torch.dtype:
     if reduction_type in ("argmax", "argmin"):
         return torch.int64

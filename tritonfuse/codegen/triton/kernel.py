@@ -20,6 +20,7 @@ import torch
 
 from ... import sym
 from ...dependencies import plan_and_deps
+from ...ops_table import reduction_identity
 from ...virtualized import set_ops_handler
 from ..common import CSE, CSEVariable, IndentedBuffer, IndexPrinter, KernelArgs
 from ..loops import Segment, buffers_crossing_loops, plan_segments
@@ -52,17 +53,6 @@ def triton_constant(value, dtype) -> str:
     return str(int(value))
 
 
-REDUCTION_IDENTITY = {"sum": 0, "prod": 1, "any": False, "all": True}
-
-
-def reduction_identity(reduction_type, dtype):
-    if reduction_type in REDUCTION_IDENTITY:
-        return REDUCTION_IDENTITY[reduction_type]
-    if reduction_type in ("max", "argmax"):
-        return float("-inf") if dtype.is_floating_point else torch.iinfo(dtype).min
-    if reduction_type in ("min", "argmin"):
-        return float("inf") if dtype.is_floating_point else torch.iinfo(dtype).max
-    raise ValueError(reduction_type)
 
 
 def compute_dtype(dtype):
