@@ -17,14 +17,6 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "warmup_autotune.py"
 
 
-def _backend_importable() -> bool:
-    try:
-        import tritonfuse.backend  # noqa: F401
-    except Exception:
-        return False
-    return True
-
-
 def run_warmup(tmp_path, *args):
     env = dict(os.environ, TRITONFUSE_CACHE_DIR=str(tmp_path / "cache"),
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -72,7 +64,6 @@ def test_warmup_bad_arguments(capsys):
         warmup_autotune.main(["--no-builtin"])            # nothing to do
 
 
-@pytest.mark.skipif(not _backend_importable(), reason="tritonfuse.backend is not importable yet")
 def test_warmup_compiles_user_target_with_tritonfuse(tmp_path):
     target = ["--target", "tests/warmup_targets.py:softmax_fn", "--shapes", "4x16"]
     first, counts = run_warmup(tmp_path, *target)
