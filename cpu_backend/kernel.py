@@ -64,6 +64,7 @@ class CppKernel(CppLoopNest, CppReductions):
             self.internal -= set(self.local_buffers)
             self.local_buffers = {}
         self.finished_reductions = {}
+        self.split = False        # a full reduction split among threads (loop_nest.py)
         self._vector_indirect = set()
         self.tiled = self.axis == "x" and self._needs_tiling(layouts)
         self.tiles = {}   # transposed reads staged through a tile buffer
@@ -111,6 +112,9 @@ class CppKernel(CppLoopNest, CppReductions):
     def generate(self) -> str:
         if self._rows_outer_reduction():
             return self._generate_rows_outer_reduction()
+        if self._split_full_reduction():
+            self.split = True
+            return self._generate_split_full_reduction()
         body = IndentedBuffer()
         if self.axis == "x":
             self._emit_vector_x_chunk(body)
@@ -329,6 +333,8 @@ class CppKernel(CppLoopNest, CppReductions):
             return
         dtype = self.graph.name_to_buffer[name].get_dtype()
         target = self.post if self.in_r_loop else self.code
+        if self.split:
+            target = self.split_stores   # after the threads' partial results are combined
         saved, self.code = self.code, target
         saved_vec, self.vec_mode = self.vec_mode, value.vec
         try:

@@ -12,6 +12,8 @@ from tritonfuse.dependencies import plan_and_deps
 from . import common
 from .common import HALF_TYPES, STORAGE_TYPES, TILE_COLS, TILE_ROWS, _stride, cexpr, ctype
 
+SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")   # reductions whose partials combine exactly
+
 
 class CppLoopNest:
     def _rows_outer_reduction(self) -> bool:
@@ -153,12 +155,16 @@ class CppLoopNest:
         out.writeline("}")
         out.writeline("}")
 
-    def _emit_unrolled_r_loops(self, out, inner):
+    def _emit_unrolled_r_loops(self, out, inner, split_among_threads=False):
         """The reduced dims; the innermost in vector chunks, common.UNROLL chunks per step, each
-        with its own accumulator slot so loop-carried chains run in parallel."""
+        with its own accumulator slot so loop-carried chains run in parallel. With
+        ``split_among_threads`` (inside a parallel region) each thread takes a share: the
+        outermost reduced dim through ``omp for``, or whole vectors of a single one."""
         names = [f"r{i}" for i in range(len(self.r_sizes))]
         out.writeline("{")
         out._indent += 1
+        if split_among_threads and len(names) > 1:
+            out.writeline("#pragma omp for schedule(static)")
         for name, size in zip(names[:-1], self.r_sizes[:-1]):
             out.writeline(f"for (int64_t {name} = 0; {name} < {size}; ++{name}) {{")
             out._indent += 1
@@ -170,7 +176,15 @@ class CppLoopNest:
             out.writeline("(void)TAIL; (void)SLOT; (void)count;")
             out.splice(inner)
         out.writeline("};")
-        out.writeline(f"int64_t {var}_start = 0;")
+        end = size
+        if split_among_threads and len(names) == 1:
+            out.writeline(f"const int64_t {var}_share = ({size} / tf::kVecLanes + nthreads - 1) / nthreads "
+                          f"* tf::kVecLanes;")
+            out.writeline(f"int64_t {var}_start = std::min<int64_t>(tid * {var}_share, {size});")
+            out.writeline(f"const int64_t {var}_end = std::min<int64_t>({var}_start + {var}_share, {size});")
+            end = f"{var}_end"
+        else:
+            out.writeline(f"int64_t {var}_start = 0;")
         if common.UNROLL > 1 and size >= common.UNROLL * 4:
             step = f"{common.UNROLL} * tf::kVecLanes"
             out.writeline(f"for (; {var}_start + {step} <= {size}; {var}_start += {step}) {{")
@@ -181,12 +195,12 @@ class CppLoopNest:
                                   f"std::integral_constant<int, {k}>{{}});")
             out.writeline("}")
         # full vectors, then at most one partial vector: no per-iteration tail test
-        out.writeline(f"for (; {var}_start + tf::kVecLanes <= {size}; {var}_start += tf::kVecLanes) {{")
+        out.writeline(f"for (; {var}_start + tf::kVecLanes <= {end}; {var}_start += tf::kVecLanes) {{")
         with out.indent():
             out.writeline(f"body({var}_start, tf::kVecLanes, std::false_type{{}}, std::integral_constant<int, 0>{{}});")
         out.writeline("}")
         if size % 16:   # kVecLanes divides 16
-            out.writeline(f"if ({var}_start < {size}) body({var}_start, int({size} - {var}_start), std::true_type{{}}, "
+            out.writeline(f"if ({var}_start < {end}) body({var}_start, int({end} - {var}_start), std::true_type{{}}, "
                           f"std::integral_constant<int, 0>{{}});")
         for _ in names[:-1]:
             out._indent -= 1
@@ -213,6 +227,57 @@ class CppLoopNest:
         for _ in names:
             out._indent -= 1
             out.writeline("}")
+
+    # ---- full reductions (one output row): the reduced elements split among threads ----
+    def _split_full_reduction(self) -> bool:
+        if self.axis != "r" or self.x_sizes or not self.is_reduction or self.local_buffers:
+            return False
+        work = self.group.x_numel * self.group.r_numel
+        if self.num_threads <= 1 or work < common.PARALLEL_THRESHOLD:
+            return False
+        first, rest = self.segments[0], self.segments[1:]
+        if not first.is_loop or any(seg.is_loop for seg in rest):
+            return False
+        return all(kind == "reduction" and node.buffer.data.reduction_type in SPLITTABLE
+                   for node, _, _, kind in first.layouts)
+
+    def _generate_split_full_reduction(self) -> str:
+        """Each thread reduces its share into partial results; they are combined in thread
+        order after the parallel region (deterministic), then the epilogue runs once."""
+        self.split_results, self.split_stores = [], IndentedBuffer()
+        pre, post, inner, after = IndentedBuffer(), IndentedBuffer(), IndentedBuffer(), IndentedBuffer()
+        self.pre, self.post, self.vec_mode = pre, post, True
+        self._run_loop_segment(self.segments[0], inner)
+        self.vec_mode = False
+        for seg in self.segments[1:]:
+            self.segment_index, self.code = seg.index, after
+            for layout in seg.layouts:
+                self._run_node(*layout)
+        threads = self.num_threads
+        code = IndentedBuffer()
+        code.writeline(f'extern "C" void {self.name}({self._params()}) {{')
+        with code.indent():
+            code.writeline(f"constexpr int nthreads = {threads};")
+            for result, t, _ in self.split_results:
+                code.writeline(f"{t} {result}_partial[nthreads];")
+            code.writeline("#pragma omp parallel num_threads(nthreads)")
+            code.writeline("{")
+            with code.indent():
+                code.writeline("const int tid = omp_get_thread_num();")
+                code.splice(pre)
+                self._emit_unrolled_r_loops(code, inner, split_among_threads=True)
+                code.splice(post)
+                for result, _, _ in self.split_results:
+                    code.writeline(f"{result}_partial[tid] = {result};")
+            code.writeline("}")
+            for result, t, combine in self.split_results:
+                code.writeline(f"{t} {result} = {result}_partial[0];")
+                code.writeline(f"for (int t = 1; t < nthreads; ++t) {result} = "
+                               f"{combine.format(a=result, b=f'{result}_partial[t]')};")
+            code.splice(self.split_stores)
+            code.splice(after)
+        code.writeline("}")
+        return code.getvalue()
 
     @staticmethod
     def _emit_chunk(out, inner, count):

@@ -65,6 +65,9 @@ class CppReductions:
             self.pre.writeline(f"{acc_type} {acc}({identity});")
             self.code.writeline(f"{acc} = {_COMBINE[reduction_type].format(acc=acc, value=value)};")
             result = CppVar(acc, dtype, vec)
+        if self.split:
+            t = "bool" if dtype == torch.bool else ctype(dtype)
+            self.split_results.append((result, t, _LANE_COMBINE[reduction_type]))
         self.finished_reductions[key] = result
         self.cse.cache[key] = result
         return result

@@ -86,3 +86,14 @@ def test_welford_for_rows_longer_than_the_cache():
     sources = check(lambda a: (torch.var_mean(a, -1), torch.std(a, -1, correction=0)), x, atol=1e-3, rtol=1e-4)
     assert "welford_add" in sources[1]
     assert kernel_count() == 1
+
+
+def test_full_reduction_split_among_threads():
+    # one output element: every thread reduces a share, partials combine in thread order
+    x = rand(4, 50, 3001)
+    x[1, 2, 3] = float("nan")
+    y = rand(100000)
+    sources = check(lambda a, b: (a.amax(), b.sum(), (b > 2.9).any(), torch.sigmoid(b.mean())), x, y,
+                    atol=1e-2, rtol=1e-4)
+    if torch.get_num_threads() > 1:
+        assert "_partial[tid]" in "\n".join(sources)
