@@ -44,12 +44,6 @@ class Layout:
     def numel(self) -> sympy.Expr:
         return sym.product(self.size)
 
-    def is_contiguous(self) -> bool:
-        expected = sym.contiguous_strides(self.size)
-        return self.offset == 0 and all(
-            s == 1 or st == ex for s, st, ex in zip(self.size, self.stride, expected)
-        )
-
     def storage_size(self) -> int:
         """Elements of storage the layout touches (offset included)."""
         if any(s == 0 for s in self.size):

@@ -71,14 +71,6 @@ def reduction_identity(reduction_type, dtype):
     raise ValueError(f"no identity for reduction {reduction_type!r}")
 
 
-def reduction_result_dtype(reduction_type: str, src_dtype: torch.dtype) -> torch.dtype:
-    if reduction_type in ("argmax", "argmin"):
-        return torch.int64
-    if reduction_type in ("any", "all"):
-        return torch.bool
-    return src_dtype
-
-
 # ---- composite ops: written once in terms of primitives -------------------------------
 
 def floordiv(a, b, dtype):

@@ -58,10 +58,6 @@ class SchedulerNode:
                 return split[0], split[1], "xr"
         return None
 
-    def deps_in_group(self, x_numel, r_numel):
-        x_sizes, r_sizes, _ = self.sizes_in_group(x_numel, r_numel)
-        return extract_deps(self.buffer, x_sizes, r_sizes)
-
     def __repr__(self):
         return f"SchedulerNode({self.name}, x={self.x_sizes}, r={self.r_sizes})"
 

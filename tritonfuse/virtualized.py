@@ -29,7 +29,3 @@ def set_ops_handler(handler):
         yield handler
     finally:
         ops.__dict__["_handler"] = previous
-
-
-def current_handler():
-    return ops.__dict__["_handler"]

@@ -4,7 +4,6 @@ backends specialize only where their syntax differs."""
 import contextlib
 from dataclasses import dataclass
 
-import sympy
 import torch
 from sympy.printing.str import StrPrinter
 
@@ -18,10 +17,6 @@ class IndentedBuffer:
 
     def writeline(self, line: str = ""):
         self.lines.append(("    " * self._indent + line) if line else "")
-
-    def writelines(self, lines):
-        for line in lines:
-            self.writeline(line)
 
     def splice(self, other: "IndentedBuffer | str"):
         text = other.getvalue() if isinstance(other, IndentedBuffer) else other
@@ -75,11 +70,6 @@ class CSE:
         var = CSEVariable(f"{self.prefix}{self.counter}", dtype, over_r)
         self.counter += 1
         return var
-
-    def invalidate(self, keep=lambda var: False):
-        """Forget cached expressions (e.g. when a loop closes and its values go out of scope)."""
-        self.cache = {k: v for k, v in self.cache.items() if keep(v)}
-
 
 class KernelArgs:
     """Maps buffer names to kernel parameter names: in_ptr0.., out_ptr0.., in_out_ptr0.."""
@@ -136,7 +126,3 @@ class IndexPrinter(StrPrinter):
         if exp.is_Integer and int(exp) > 0:
             return "*".join([self.paren(base)] * int(exp))
         raise ValueError(f"cannot print {expr} as an index")
-
-
-def sympy_str(expr) -> str:
-    return IndexPrinter().doprint(sympy.sympify(expr))

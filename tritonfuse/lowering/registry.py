@@ -142,15 +142,3 @@ def make_pointwise(fn, args, compute_dtype, result_dtype, origin=""):
 
     origins = origins_of(tensors) + (origin,)
     return TensorBox.create(Pointwise(device, result_dtype, inner_fn, size, origins=tuple(dict.fromkeys(origins))))
-
-
-def pointwise_result_dtype_is_bool(fn_result_kind):
-    return fn_result_kind == ALWAYS_BOOL
-
-
-def to_tensor_dtype(x: TensorBox, dtype) -> TensorBox:
-    if x.get_dtype() == dtype:
-        return x
-    loader = x.make_loader()
-    return TensorBox.create(Pointwise(x.get_device(), dtype, lambda idx: ops.to_dtype(loader(idx), dtype),
-                                      list(x.get_size()), origins=("to_dtype",)))
