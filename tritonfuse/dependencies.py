@@ -141,7 +141,16 @@ def plan_and_deps(buffer, x_sizes, r_sizes):
     """(LoopPlan, reads, write) of ``buffer`` iterated as ``x_sizes`` x ``r_sizes``.
 
     For a pointwise buffer fused into a reduction kernel the caller passes its iteration
-    sizes split in two, so that its variables line up with the kernel's."""
+    sizes split in two, so that its variables line up with the kernel's. The analysis
+    runs once per buffer and split (fusion asks again for every candidate pair)."""
+    cache = buffer.__dict__.setdefault("_plan_cache", {})
+    key = (tuple(x_sizes), tuple(r_sizes))
+    if key not in cache:
+        cache[key] = _analyze(buffer, x_sizes, r_sizes)
+    return cache[key]
+
+
+def _analyze(buffer, x_sizes, r_sizes):
     raw_x = sym.index_vars("x", len(x_sizes))
     raw_r = sym.index_vars("r", len(r_sizes))
     recorder = _Recorder()

@@ -88,7 +88,6 @@ class TritonKernel:
         self.segments: List[_Segment] = [_Segment(loop=False)]
         self.index_defs: Dict[str, str] = {}  # printed definition -> variable name
         self.mask_stack: List[str] = []
-        self.indirect_vars: Dict[str, sympy.Symbol] = {}
         self.acc_counter = 0
         self.dim_counter = {"x": 0, "r": 0, "y": 0}
         blocks = [c.kwargs for c in configs]
