@@ -124,3 +124,17 @@ def test_compile_failure_runs_eagerly_and_is_logged(device, monkeypatch, caplog)
     torch.testing.assert_close(out, x.sin() + 1)
     assert tritonfuse.metrics.eager_graphs == 1
     assert "simulated compiler bug" in caplog.text
+
+
+def test_graph_key_covers_the_code_of_the_backend_that_generates(monkeypatch):
+    """Editing cpu_backend (a package outside tritonfuse) must not reuse stale wrappers."""
+    import cpu_backend
+    from tritonfuse import code_cache
+
+    gm = torch.fx.symbolic_trace(lambda a: a + 1)
+    x = torch.randn(4)
+    monkeypatch.setattr(tritonfuse.config, "cpu_backend", "cpp")
+    before = code_cache.graph_key(gm, [x])
+    backend_root = os.path.dirname(os.path.abspath(cpu_backend.__file__))
+    monkeypatch.setitem(code_cache._fingerprints, backend_root, "edited")
+    assert code_cache.graph_key(gm, [x]) != before

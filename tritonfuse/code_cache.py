@@ -9,6 +9,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import sys
 import tempfile
 
 import torch
@@ -23,9 +24,8 @@ def _versions():
     return {"torch": torch.__version__, "triton": triton.__version__, "format": FORMAT_VERSION}
 
 
-def _source_fingerprint():
-    """Hash of tritonfuse's own code, so an upgrade never loads stale generated code."""
-    root = os.path.dirname(os.path.abspath(__file__))
+def _source_fingerprint(root: str) -> str:
+    """Hash of a package's code, so an upgrade never loads stale generated code."""
     digest = hashlib.sha256()
     for folder, _, files in sorted(os.walk(root)):
         for name in sorted(files):
@@ -35,18 +35,35 @@ def _source_fingerprint():
     return digest.hexdigest()
 
 
-_fingerprint = None
+_fingerprints: dict[str, str] = {}
+
+
+def _code_fingerprints(device_types) -> list[str]:
+    """Fingerprints of tritonfuse and of the package of each backend that will generate
+    code for ``device_types`` (a backend registered from outside, like cpu_backend, too)."""
+    from .codegen.registry import get_scheduling_class
+
+    roots = {os.path.dirname(os.path.abspath(__file__))}
+    for device_type in sorted(device_types):
+        try:
+            module = sys.modules[get_scheduling_class(device_type).__module__]
+        except KeyError:
+            continue
+        package = sys.modules.get(module.__name__.split(".")[0], module)
+        roots.add(os.path.dirname(os.path.abspath(package.__file__)))
+    for root in roots:
+        if root not in _fingerprints:
+            _fingerprints[root] = _source_fingerprint(root)
+    return [_fingerprints[root] for root in sorted(roots)]
 
 
 def graph_key(gm: torch.fx.GraphModule, example_inputs, extra=()) -> str:
-    global _fingerprint
-    if _fingerprint is None:
-        _fingerprint = _source_fingerprint()
     inputs = [(tuple(t.shape), tuple(t.stride()), str(t.dtype), str(t.device), t.storage_offset())
               if isinstance(t, torch.Tensor) else repr(t) for t in example_inputs]
+    devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
     knobs = {"cpu_backend": config.cpu_backend, "autotune": config.autotune}
-    payload = json.dumps([gm.code, inputs, knobs, _versions(), _fingerprint, list(extra)], sort_keys=True,
-                         default=str)
+    payload = json.dumps([gm.code, inputs, knobs, _versions(), _code_fingerprints(devices), list(extra)],
+                         sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
