@@ -145,6 +145,7 @@ def _load_cached(key, gm):
         log.warning("tritonfuse: ignoring unreadable cached graph %s (%s)", path, error)
         return None
     metrics.graph_cache_hits += 1
+    metrics.cached_kernels.extend(meta.get("kernels", []))
     metrics.fallbacks.update(meta.get("fallbacks", {}))
     with open(path) as handle:
         recent_sources.append([handle.read()])
