@@ -268,8 +268,10 @@ struct Vec {
 
     Vec() : r{} {}
     Vec(T x) {  // broadcast (implicit, so `v + 1.0f` works)
-        for (int k = 0; k < kRegs; ++k)
-            for (int i = 0; i < kLanesPerReg; ++i) r[k][i] = x;
+        // `scalar - vector` splats the scalar in one instruction, and x - (+0) == x exactly
+        // (-0.0, inf and NaN included). A lane-by-lane fill can compile to 16 masked moves
+        // that GCC then fails to hoist out of an unrolled loop.
+        for (int k = 0; k < kRegs; ++k) r[k] = x - reg_t{};
     }
     static TF_INLINE Vec broadcast(T x) { return Vec(x); }
     static TF_INLINE Vec from_regs(const reg_t* regs) {
