@@ -12,7 +12,9 @@ table. Then each backend is warmed up and timed:
 
   GPU  CUDA events around one call each, L2 flushed before each call (the method of
        triton.testing.do_bench), median of --repeat calls
-  CPU  time.perf_counter around loops of calls (each loop >= 10 ms), median of --repeat loops
+  CPU  time.perf_counter around loops of calls (each loop >= 10 ms), median of --repeat loops;
+       the loops of all backends are interleaved round by round, so a change in the load of
+       a shared machine during the run weighs on every backend alike
   Either way a cell samples for at most ~3 s: a very slow backend gets fewer samples (>= 3).
        (Inductor compiles in-process here: its background compile workers would otherwise
        steal the cores being timed; on a machine shared with other jobs, --stat min helps)
@@ -237,8 +239,10 @@ def _tritonfuse_metrics() -> dict:
     import tritonfuse.metrics  # read as module attributes: they are rebound
 
     return {
-        "generated_kernel_count": tritonfuse.metrics.generated_kernel_count,
-        "generated_kernels": list(tritonfuse.metrics.generated_kernels),
+        # kernels of the compiled graphs, whether generated now or loaded from the cache
+        "generated_kernel_count": (tritonfuse.metrics.generated_kernel_count
+                                   + len(tritonfuse.metrics.cached_kernels)),
+        "generated_kernels": list(tritonfuse.metrics.generated_kernels) + list(tritonfuse.metrics.cached_kernels),
         "fused_node_count": tritonfuse.metrics.fused_node_count,
         "fallbacks": dict(tritonfuse.metrics.fallbacks),
         "outer_loop_fusions": len(tritonfuse.metrics.outer_loop_fusions),
@@ -253,25 +257,29 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def timed_cell(backend: str, status: str, samples: list[float], stat: str, ideal_bytes: int,
-               **fields) -> Cell:
-    ms = min(samples) if stat == "min" else statistics.median(samples)
-    return Cell(backend, status, ms=ms, ms_median=statistics.median(samples), ms_min=min(samples),
-                samples=len(samples), gbps=ideal_bytes / (ms * 1e-3) / 1e9, **fields)
+def _fresh_function(fn: Callable) -> Callable:
+    """A copy of ``fn`` with its own code object, so each backend gets its own Dynamo cache
+    entry and the compiled functions of all backends can live side by side."""
+    import types
+
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__,
+                              fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    return copy
 
 
-def run_backend(workload: Workload, backend: str, inputs: tuple, expected: Any,
-                ideal_bytes: int, device: torch.device, repeat: int, stat: str,
-                unavailable: dict[str, str]) -> Cell:
-    if backend in unavailable:
-        return Cell(backend, "skipped", message=unavailable[backend])
+def compile_backend(workload: Workload, backend: str, inputs: tuple, expected: Any,
+                    device: torch.device) -> tuple[Callable | None, Cell]:
+    """Compile ``workload`` with ``backend`` and check its first result against eager.
+    Returns (the compiled function, its cell so far) or (None, an error cell)."""
     atol, rtol = workload.tolerance
     try:
-        torch.compiler.reset()
         if backend == "tritonfuse":
             import tritonfuse.metrics
             tritonfuse.metrics.reset()
-        compiled = torch.compile(workload.fn, backend=resolve_backend(backend))
+        compiled = torch.compile(_fresh_function(workload.fn), backend=resolve_backend(backend))
         t0 = time.perf_counter()
         actual = compiled(*inputs)
         synchronize(device)
@@ -279,32 +287,87 @@ def run_backend(workload: Workload, backend: str, inputs: tuple, expected: Any,
         metrics = _tritonfuse_metrics() if backend == "tritonfuse" else {}
         ok, max_err, why = compare(expected, actual, atol, rtol)
         del actual
-        samples = time_samples(lambda: compiled(*inputs), repeat, device)
     except Exception as exc:
-        return Cell(backend, "error", message=_short(exc), traceback=traceback.format_exc())
-    finally:
-        torch.compiler.reset()
-    return timed_cell(backend, "ok" if ok else "FAIL", samples, stat, ideal_bytes,
-                      compile_s=compile_s, max_abs_err=max_err, message=why, metrics=metrics)
+        return None, Cell(backend, "error", message=_short(exc), traceback=traceback.format_exc())
+    return compiled, Cell(backend, "ok" if ok else "FAIL", compile_s=compile_s, max_abs_err=max_err,
+                          message=why, metrics=metrics)
+
+
+def sample_interleaved(fns: dict[str, Callable[[], Any]], repeat: int,
+                       device: torch.device) -> tuple[dict[str, list[float]], dict[str, BaseException]]:
+    """Samples of every function, taken in rounds that visit each function once (in a
+    rotating order), so a change in the machine's load during the run hits all backends
+    alike instead of whichever one happened to be timed then. On CUDA each function is
+    timed on its own (events, L2 flushed): the GPU has no such drift.
+    Returns (samples, errors): a function that raises is dropped and its error kept."""
+    samples: dict[str, list[float]] = {}
+    errors: dict[str, BaseException] = {}
+    inner = {}
+    for name, fn in fns.items():
+        try:
+            if device.type == "cuda":
+                samples[name] = time_cuda_samples(fn, repeat, device)
+            else:
+                per_call = _warm_up(fn, device, min_calls=3)
+                inner[name] = (max(1, math.ceil(MIN_CPU_SAMPLE_S / max(per_call, 1e-9))), per_call)
+                samples[name] = []
+        except Exception as exc:
+            errors[name] = exc
+    round_s = sum(count * per_call for count, per_call in inner.values())
+    rounds = max(3, min(repeat, int(TIMING_BUDGET_S * max(len(inner), 1) / max(round_s, 1e-9))))
+    names = list(inner)
+    for r in range(rounds if names else 0):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            if name in errors:
+                continue
+            fn, count = fns[name], inner[name][0]
+            try:
+                t0 = time.perf_counter()
+                for _ in range(count):
+                    fn()
+                samples[name].append((time.perf_counter() - t0) / count * 1e3)
+            except Exception as exc:
+                errors[name] = exc
+    for name in errors:
+        samples.pop(name, None)
+    return samples, errors
 
 
 def run_workload(workload: Workload, device: torch.device, backends: list[str], repeat: int,
                  stat: str, unavailable: dict[str, str]) -> dict:
+    """Compile every backend, check each against eager, then time them all together."""
     inputs = workload.make_inputs(device)
     expected = workload.fn(*inputs)
     synchronize(device)
     ideal = workload.ideal_bytes(inputs, expected)
-    cells = {}
-    samples = time_samples(lambda: workload.fn(*inputs), repeat, device)
-    cells["eager"] = timed_cell("eager", "ok", samples, stat, ideal, max_abs_err=0.0)
+    torch.compiler.reset()
+    cells = {"eager": Cell("eager", "ok", max_abs_err=0.0)}
+    to_time = {"eager": lambda: workload.fn(*inputs)}
     for backend in backends:
-        if backend != "eager":
-            cells[backend] = run_backend(workload, backend, inputs, expected, ideal, device,
-                                         repeat, stat, unavailable)
+        if backend == "eager":
+            continue
+        if backend in unavailable:
+            cells[backend] = Cell(backend, "skipped", message=unavailable[backend])
+            continue
+        compiled, cells[backend] = compile_backend(workload, backend, inputs, expected, device)
+        if compiled is not None:
+            to_time[backend] = (lambda c: lambda: c(*inputs))(compiled)
+    try:
+        samples, errors = sample_interleaved(to_time, repeat, device)
+    finally:
+        torch.compiler.reset()
+    for backend, exc in errors.items():  # worked once, then failed
+        cells[backend] = Cell(backend, "error", message=_short(exc),
+                              traceback="".join(traceback.format_exception(exc)))
+    for backend, values in samples.items():
+        cell = cells[backend]
+        cell.ms = min(values) if stat == "min" else statistics.median(values)
+        cell.ms_median, cell.ms_min, cell.samples = statistics.median(values), min(values), len(values)
+        cell.gbps = ideal / (cell.ms * 1e-3) / 1e9
     result = {"workload": workload.name, "size": describe_inputs(inputs), "ideal_bytes": ideal,
               "tolerance": list(workload.tolerance),
               "cells": {b: asdict(c) for b, c in cells.items() if b in backends}}
-    del inputs, expected
+    del inputs, expected, to_time
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return result
