@@ -108,3 +108,14 @@ def test_full_reduction_split_among_threads():
                     atol=1e-2, rtol=1e-4)
     if torch.get_num_threads() > 1:
         assert "_partial[tid]" in "\n".join(sources)
+
+
+@pytest.mark.parametrize("unroll", [1, 2, 3, 4])
+def test_unrolled_reduction_loops(unroll, monkeypatch):
+    # every unroll factor compiles (one accumulator per slot) and keeps the result
+    import cpu_backend.common
+    monkeypatch.setattr(cpu_backend.common, "UNROLL", unroll)
+    monkeypatch.setattr(tritonfuse.config, "graph_cache", False)
+    x = rand(9, 300)
+    check(lambda a: (a.sum(-1), a.amax(-1), torch.var_mean(a, -1), torch.softmax(a, -1)), x, atol=1e-5, rtol=1e-5)
+    assert tritonfuse.metrics.eager_graphs == 0

@@ -180,14 +180,12 @@ TF_INLINE Vec<T> min_ignoring_nan(const Vec<T>& a, const Vec<T>& b) {
 
 namespace tf {
 
-// The accumulator of unroll slot S among four (a compile-time choice, so each stays a
-// separate register-resident variable).
-template <int S, typename T>
-TF_INLINE T& slot(T& a, T& b, T& c, T& d) {
-    if constexpr (S == 0) return a;
-    else if constexpr (S == 1) return b;
-    else if constexpr (S == 2) return c;
-    else return d;
+// The accumulator of unroll slot S among the accumulators of an unrolled loop (a
+// compile-time choice, so each stays a separate register-resident variable).
+template <int S, typename T, typename... Rest>
+TF_INLINE T& slot(T& first, Rest&... rest) {
+    if constexpr (S == 0) return first;
+    else return slot<S - 1>(rest...);
 }
 
 }  // namespace tf
