@@ -24,16 +24,9 @@ using vl = Layout<int64_t>::reg;  // kVecLanes / 2 int64
 typedef float vf_half __attribute__((vector_size(kVecLanes * 2)));
 typedef int32_t vi_half __attribute__((vector_size(kVecLanes * 2)));
 
-TF_INLINE vf splat(float c) {
-    vf r;
-    for (int i = 0; i < kVecLanes; ++i) r[i] = c;
-    return r;
-}
-TF_INLINE vd splatd(double c) {
-    vd r;
-    for (int i = 0; i < kVecLanes / 2; ++i) r[i] = c;
-    return r;
-}
+// c - (+0) == c exactly; `scalar - vector` broadcasts in one instruction (see Vec(T)).
+TF_INLINE vf splat(float c) { return c - vf{}; }
+TF_INLINE vd splatd(double c) { return c - vd{}; }
 TF_INLINE Vec<float> wrap(vf x) {
     Vec<float> o;
     o.r[0] = x;
@@ -207,7 +200,12 @@ TF_INLINE vf exp_ps(vf x) {
     p = vfma(p, r, 1.6666665459e-1f);
     p = vfma(p, r, 5.0000001201e-1f);
     const vf y = vfma(p, r * r, r) + 1.0f;
+#if defined(__AVX512F__)
+    (void)ni;  // y * 2^n in one instruction, rounded once (denormals and overflow included)
+    return (vf)_mm512_scalef_ps((__m512)y, (__m512)n);
+#else
     return scale_pow2(y, ni);
+#endif
 }
 
 // 2^x = 2^n * 2^f, n = round(x), f = x - n exact; 2^f by its Taylor series in f
