@@ -204,13 +204,15 @@ class CppLoopNest:
             out.writeline(f"const int64_t {var}_share = ({size} / tf::kVecLanes + nthreads - 1) / nthreads "
                           f"* tf::kVecLanes;")
             out.writeline(f"int64_t {var}_start = std::min<int64_t>(tid * {var}_share, {size});")
-            out.writeline(f"const int64_t {var}_end = std::min<int64_t>({var}_start + {var}_share, {size});")
+            # the last thread also takes the partial vector at the end
+            out.writeline(f"const int64_t {var}_end = tid == nthreads - 1 ? {size} : "
+                          f"std::min<int64_t>({var}_start + {var}_share, {size});")
             end = f"{var}_end"
         else:
             out.writeline(f"int64_t {var}_start = 0;")
         if common.UNROLL > 1 and size >= common.UNROLL * 4:
             step = f"{common.UNROLL} * tf::kVecLanes"
-            out.writeline(f"for (; {var}_start + {step} <= {size}; {var}_start += {step}) {{")
+            out.writeline(f"for (; {var}_start + {step} <= {end}; {var}_start += {step}) {{")
             with out.indent():
                 for k in range(common.UNROLL):
                     offset = f" + {k} * tf::kVecLanes" if k else ""
