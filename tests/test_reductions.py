@@ -14,7 +14,10 @@ def test_reduction_last_dim(device, op, shape):
                                                                                              device=device)
     if op == "prod" and shape == "long_rows":
         x = x[:, :40]
-    check(lambda a: getattr(torch, op)(a, -1), x, rtol=1e-4 if op == "mean" else None)
+    # a float32 sum of 2500 values in [-3, 3] in another order differs by up to ~n*eps*3 =
+    # 4.5e-4 (typically ~1e-5): absolute, so it matters when the sum cancels to near 0
+    check(lambda a: getattr(torch, op)(a, -1), x, rtol=1e-4 if op == "mean" else None,
+          atol=5e-4 if shape == "long_rows" and op in ("sum", "mean", "nansum") else None)
 
 
 @pytest.mark.parametrize("dims,keepdim", [((0,), False), ((1,), True), ((0, 2), False), ((0, 1, 2), True),
