@@ -193,9 +193,11 @@ def main(argv: list[str] | None = None) -> int:
         section(f"Kernels generated ({m.generated_kernel_count})")
         for i, k in enumerate(kernels):
             print(f"  {i:3d}  {k}")
-        if not kernels and m.graph_cache_hits:
-            print(f"  (none generated: {m.graph_cache_hits} graph(s) loaded from the on-disk cache;"
-                  " --no-graph-cache compiles from scratch)")
+        if m.cached_kernels:
+            print(f"  {len(m.cached_kernels)} more from {m.graph_cache_hits} graph(s) loaded from the on-disk "
+                  "cache (--no-graph-cache compiles from scratch):")
+            for i, k in enumerate(m.cached_kernels):
+                print(f"  {i:3d}  {k}")
         fallbacks = dict(m.fallbacks)
         section(f"Fallbacks: ops run as aten calls ({len(fallbacks)})")
         op_w = max((len(str(op)) for op in fallbacks), default=0)
