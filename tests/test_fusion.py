@@ -27,6 +27,15 @@ def test_reduction_prologue_and_epilogue_fuse(device):
     assert tritonfuse.metrics.fused_node_count >= 2
 
 
+def test_epilogue_of_a_middle_dim_reduction(device):
+    # sum over dim 1 of (4, 32, 64): the reduction keeps its rows as (4, 64) dims, the
+    # sigmoid merges them into (256,); the same element at every position, so they fuse
+    # (on the C++ backend the loop nests differ and it stays two kernels)
+    x, y = rand(4, 32, 64, device=device), rand(4, 32, 64, device=device)
+    check(lambda a, b: torch.sigmoid(torch.sum(a + b, dim=1)), x, y, rtol=1e-4, atol=1e-5)
+    assert kernel_count() == (2 if device == "cpu" and tritonfuse.config.cpu_backend == "cpp" else 1)
+
+
 def test_realized_value_read_by_two_reductions(device):
     x = rand(5, 40, device=device)
     check(lambda a: ((a * 3).exp().sum(-1), (a * 3).exp().amax(-1), torch.var(a, -1)), x, rtol=1e-4)

@@ -182,6 +182,21 @@ def _analyze(buffer, x_sizes, r_sizes):
     return plan, reads, write
 
 
+def flat_x_form(dep: MemoryDep):
+    """``dep`` over the fewest x dims its own index allows (merged right to left), or None
+    when the index involves reduction variables. Two accesses whose x loops differ only
+    in how the same row-major positions are split into dims (one node merged (8, 1024)
+    into (8192,), another could not) have equal flat forms when they touch the same
+    element at every position."""
+    if any(s.name.startswith("r") for s in dep.index.free_symbols):
+        return None
+    variables = sym.index_vars("x", len(dep.x_sizes))
+    sizes, kept, substitution = _merge_dims([dep.index], variables, dep.x_sizes)
+    canonical = dict(zip(kept, sym.index_vars("x", len(kept))))
+    index = sympy.expand(dep.index.xreplace(substitution)).xreplace(canonical)
+    return tuple(sym.to_int(s) for s in sizes), index
+
+
 def extract_deps(buffer, x_sizes, r_sizes):
     _, reads, write = plan_and_deps(buffer, x_sizes, r_sizes)
     return reads, write

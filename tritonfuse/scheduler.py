@@ -15,7 +15,7 @@ from typing import List, Optional
 import torch
 
 from . import config, metrics, sym
-from .dependencies import extract_deps, split_sizes
+from .dependencies import extract_deps, flat_x_form, split_sizes
 from .ir import ComputedBuffer, FallbackKernel
 
 log = logging.getLogger("tritonfuse.scheduler")
@@ -255,13 +255,22 @@ class Scheduler:
             write = writes.get(dep.name)
             if write is None:
                 continue
-            if dep.indirect or dep.index != write.index or dep.x_sizes != write.x_sizes:
+            if dep.indirect or not self._same_element(dep, write):
                 return False
             producer_kind = kinds[dep.name]
             if producer_kind == "xr":
                 if reader_kind == "x" or dep.r_sizes != write.r_sizes:
                     return False
         return True
+
+    @staticmethod
+    def _same_element(dep, write) -> bool:
+        if dep.x_sizes == write.x_sizes:
+            return dep.index == write.index
+        # the same row-major positions split into dims differently (e.g. a reduction's
+        # (8, 1024) rows read by an epilogue that merged them into (8192,))
+        flat_dep, flat_write = flat_x_form(dep), flat_x_form(write)
+        return flat_dep is not None and flat_dep == flat_write
 
     # ---- order and lifetimes ----------------------------------------------------------
     def _topological_order(self, groups):
