@@ -122,6 +122,10 @@ def test_is_persistent_reduction_ok():
     assert is_persistent_reduction_ok({"x": 10, "r": PERSISTENT_REDUCTION_MAX_RBLOCK})
     assert is_persistent_reduction_ok({"x": 10, "r": 1000})
     assert not is_persistent_reduction_ok({"x": 10, "r": PERSISTENT_REDUCTION_MAX_RBLOCK + 1})
+    # an outer reduction must keep wide x tiles (coalesced loads): long r is looped instead
+    assert is_persistent_reduction_ok({"x": 65536, "r": 64}, hint="outer")
+    assert not is_persistent_reduction_ok({"x": 65536, "r": 512}, hint="outer")
+    assert is_persistent_reduction_ok({"x": 65536, "r": 512}, hint="inner")
 
 
 def test_config_roundtrip_str_and_hash():

@@ -19,7 +19,12 @@ from typing import Any
 
 # Largest next_power_of_2(r) for which a reduction keeps the whole row in registers
 # (fp32 accumulators). Above it the code generator should emit a looped reduction.
-PERSISTENT_REDUCTION_MAX_RBLOCK = 1024
+# 4096 rather than 1024: on an H200, rows of 2048 held in registers made layer norm
+# 1.29x and x - softmax(x) 1.18x faster than looping over them twice.
+PERSISTENT_REDUCTION_MAX_RBLOCK = 4096
+# An "outer" reduction (x contiguous in memory) needs XBLOCK >= this many x for
+# coalesced loads; a persistent one holding whole rows of r cannot have it when r is long.
+OUTER_MIN_XBLOCK = 32
 # Elements one program holds for looped reductions (XBLOCK * RBLOCK).
 REDUCTION_MAX_BLOCK_ELEMENTS = 4096
 # Elements one program holds for persistent reductions; whole rows live in registers.
@@ -109,9 +114,13 @@ def reduction_num_warps(block_elements: int, max_warps: int = 8) -> int:
     return _clamp_pow2(block_elements // 128, 2, max_warps)
 
 
-def is_persistent_reduction_ok(numels: dict[str, int]) -> bool:
-    """True if a whole reduction row (next_power_of_2(r) elements) fits in registers."""
-    return next_power_of_2(numels["r"]) <= PERSISTENT_REDUCTION_MAX_RBLOCK
+def is_persistent_reduction_ok(numels: dict[str, int], hint: str | None = None) -> bool:
+    """True if a whole reduction row (next_power_of_2(r) elements) fits in registers, and,
+    for an outer reduction, OUTER_MIN_XBLOCK rows of it still fit in one program."""
+    rp = next_power_of_2(numels["r"])
+    if hint == "outer" and rp * OUTER_MIN_XBLOCK > PERSISTENT_MAX_BLOCK_ELEMENTS:
+        return False
+    return rp <= PERSISTENT_REDUCTION_MAX_RBLOCK
 
 
 def candidate_configs(kind: str, numels: dict[str, int], mode: str = "default",
@@ -233,6 +242,10 @@ def _reduction(numels: dict[str, int], mode: str, hint: str | None) -> list[Conf
     configs = [outer, inner] if hint == "outer" else [inner, outer]
     if mode in ("default", "max"):
         configs += [make(1, 1024), make(8, 512), make(64, 64), make(2 * max(1, 256 // rp), 256)]
+        if hint == "outer":
+            # few x (a column sum of 4096 columns): narrower x tiles (still whole 32-byte
+            # sectors) give more programs to fill the SMs; wide ones coalesce best
+            configs += [make(8, 256), make(16, 128), make(128, 16), make(64, 32, 8)]
     if mode == "max":
         configs += [make(1, 4096, 16), make(1, 512), make(4, 1024), make(16, 256),
                     make(32, 128), make(128, 8), make(64, 4, 8), make(128, 32)]

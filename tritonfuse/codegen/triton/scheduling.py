@@ -34,8 +34,8 @@ class TritonScheduling(BackendScheduling):
         return True
 
     def codegen_node(self, group) -> None:
-        kind, numels = self._kind(group)
-        hint = self._reduction_hint(group) if kind != "pointwise" else None
+        hint = self._reduction_hint(group) if group.r_numel > 1 else None
+        kind, numels = self._kind(group, hint)
         configs = candidate_configs(kind, numels, config.autotune, hint=hint)
         internal = self.scheduler.internal_buffers(group)
         kernel = TritonKernel(group, internal, self.graph, self.ops_table, configs, kind, numels)
@@ -64,14 +64,14 @@ class TritonScheduling(BackendScheduling):
         metrics.record_kernel(name)
 
     @staticmethod
-    def _kind(group):
+    def _kind(group, hint=None):
         if group.r_numel == 1:
             tile = _transposed_tiling(group)
             if tile is not None:
                 return "pointwise_2d", {"y": tile[0], "x": tile[1]}
             return "pointwise", {"x": group.x_numel}
         numels = {"x": group.x_numel, "r": group.r_numel}
-        return ("persistent_reduction" if is_persistent_reduction_ok(numels) else "reduction"), numels
+        return ("persistent_reduction" if is_persistent_reduction_ok(numels, hint) else "reduction"), numels
 
     @staticmethod
     def _reduction_hint(group):
