@@ -11,7 +11,7 @@ checked against eager with the workload's tolerance, and a mismatch shows as FAI
 table. Then each backend is warmed up and timed:
 
   GPU  CUDA events around one call each, L2 flushed before each call (the method of
-       triton.testing.do_bench), median of --repeat calls
+       triton.testing.do_bench), median of --repeat calls, taken in 5 interleaved rounds
   CPU  time.perf_counter around loops of calls (each loop >= 10 ms), median of --repeat loops;
        the loops of all backends are interleaved round by round, so a change in the load of
        a shared machine during the run weighs on every backend alike
@@ -293,39 +293,46 @@ def compile_backend(workload: Workload, backend: str, inputs: tuple, expected: A
                           message=why, metrics=metrics)
 
 
+CUDA_ROUNDS = 5
+
+
 def sample_interleaved(fns: dict[str, Callable[[], Any]], repeat: int,
                        device: torch.device) -> tuple[dict[str, list[float]], dict[str, BaseException]]:
     """Samples of every function, taken in rounds that visit each function once (in a
-    rotating order), so a change in the machine's load during the run hits all backends
-    alike instead of whichever one happened to be timed then. On CUDA each function is
-    timed on its own (events, L2 flushed): the GPU has no such drift.
-    Returns (samples, errors): a function that raises is dropped and its error kept."""
-    samples: dict[str, list[float]] = {}
+    rotating order), so a slow spell of the machine during the run (a busy host CPU, a
+    stalled launch) hits all backends alike instead of whichever one was being timed.
+    CPU: one >= 10 ms loop per function per round. CUDA: a batch of event-timed calls
+    per function per round (CUDA_ROUNDS rounds). Returns (samples, errors): a function
+    that raises is dropped and its error kept."""
+    samples: dict[str, list[float]] = {name: [] for name in fns}
     errors: dict[str, BaseException] = {}
-    inner = {}
-    for name, fn in fns.items():
-        try:
-            if device.type == "cuda":
-                samples[name] = time_cuda_samples(fn, repeat, device)
-            else:
+    if device.type == "cuda":
+        per_round = max(1, math.ceil(repeat / CUDA_ROUNDS))
+        rounds, measure = CUDA_ROUNDS, (lambda name: time_cuda_samples(fns[name], per_round, device))
+    else:
+        inner = {}
+        for name, fn in fns.items():
+            try:
                 per_call = _warm_up(fn, device, min_calls=3)
                 inner[name] = (max(1, math.ceil(MIN_CPU_SAMPLE_S / max(per_call, 1e-9))), per_call)
-                samples[name] = []
-        except Exception as exc:
-            errors[name] = exc
-    round_s = sum(count * per_call for count, per_call in inner.values())
-    rounds = max(3, min(repeat, int(TIMING_BUDGET_S * max(len(inner), 1) / max(round_s, 1e-9))))
-    names = list(inner)
+            except Exception as exc:
+                errors[name] = exc
+        round_s = sum(count * per_call for count, per_call in inner.values())
+        rounds = max(3, min(repeat, int(TIMING_BUDGET_S * max(len(inner), 1) / max(round_s, 1e-9))))
+
+        def measure(name):
+            count = inner[name][0]
+            t0 = time.perf_counter()
+            for _ in range(count):
+                fns[name]()
+            return [(time.perf_counter() - t0) / count * 1e3]
+    names = [name for name in fns if name not in errors]
     for r in range(rounds if names else 0):
         for name in names[r % len(names):] + names[:r % len(names)]:
             if name in errors:
                 continue
-            fn, count = fns[name], inner[name][0]
             try:
-                t0 = time.perf_counter()
-                for _ in range(count):
-                    fn()
-                samples[name].append((time.perf_counter() - t0) / count * 1e3)
+                samples[name].extend(measure(name))
             except Exception as exc:
                 errors[name] = exc
     for name in errors:
