@@ -1,4 +1,6 @@
 """Shared test helpers: compile with tritonfuse, compare against eager."""
+import re
+
 import torch
 
 import tritonfuse
@@ -57,6 +59,11 @@ def _clone(value):
     if isinstance(value, torch.Tensor):
         return value.clone()
     return value
+
+
+def allocation_count(wrapper: str) -> int:
+    """Buffers a generated wrapper allocates (empty_strided, or its CPU fast path)."""
+    return len(re.findall(r"= empty_strided(?:_cpu)?\(", wrapper))
 
 
 def kernel_count():

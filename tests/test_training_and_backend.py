@@ -68,6 +68,12 @@ def test_input_with_unexpected_layout_is_restrided(device):
     torch.testing.assert_close(fixed, odd)
 
 
+def test_cpu_allocation_fast_path():
+    from tritonfuse.runtime.wrapper_helpers import empty_strided_cpu
+    t = empty_strided_cpu((3, 4), (1, 3), torch.bfloat16)
+    assert (t.shape, t.stride(), t.dtype, t.device.type) == ((3, 4), (1, 3), torch.bfloat16, "cpu")
+
+
 def _run_python(code, env_extra, cwd):
     env = dict(os.environ, **env_extra)
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,

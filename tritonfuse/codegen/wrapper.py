@@ -90,8 +90,12 @@ class WrapperCodeGen:
             return
         self.allocated.add(buffer.name)
         layout = buffer.layout
-        self.writeline(f"{buffer.name} = empty_strided({_shape(layout.int_size())}, {_shape(layout.int_stride())}, "
-                       f"device={str(layout.device)!r}, dtype={layout.dtype})")
+        size, stride = _shape(layout.int_size()), _shape(layout.int_stride())
+        if layout.device.type == "cpu":
+            self.writeline(f"{buffer.name} = empty_strided_cpu({size}, {stride}, {layout.dtype})")
+        else:
+            self.writeline(f"{buffer.name} = empty_strided({size}, {stride}, device={str(layout.device)!r}, "
+                           f"dtype={layout.dtype})")
 
     def allocate_outputs(self, group, internal):
         for node in sorted(group.nodes, key=lambda n: n.position):
@@ -129,7 +133,8 @@ class WrapperCodeGen:
         code = IndentedBuffer()
         code.writeline(f"# tritonfuse generated code for {graph.graph_id}")
         code.writeline("import torch")
-        code.writeline("from tritonfuse.runtime.wrapper_helpers import empty_strided, ensure_layout, reinterpret_tensor")
+        code.writeline("from tritonfuse.runtime.wrapper_helpers import empty_strided, empty_strided_cpu, ensure_layout, "
+                       "reinterpret_tensor")
         if "triton" in self.module_imports:
             code.writeline("from tritonfuse.runtime.heuristics import Config")
             code.writeline("from tritonfuse.runtime.triton_launcher import TritonLauncher")

@@ -3,6 +3,12 @@ import torch
 
 empty_strided = torch.empty_strided
 
+try:   # allocates a CPU tensor without the Python argument parsing: ~0.6 us instead of ~1.4
+    from torch._C._dynamo.guards import _empty_strided_cpu as empty_strided_cpu
+except ImportError:  # an older or newer torch without it
+    def empty_strided_cpu(size, stride, dtype):
+        return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
+
 
 def reinterpret_tensor(tensor, size, stride, offset):
     """``tensor`` seen through another strided layout; ``offset`` is relative to its data."""
