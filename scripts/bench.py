@@ -131,17 +131,24 @@ def _affordable(repeat: int, seconds_per_sample: float) -> int:
     return max(3, min(repeat, int(TIMING_BUDGET_S / max(seconds_per_sample, 1e-9))))
 
 
+def _cpu_loop_length(fn: Callable[[], Any]) -> tuple[int, float]:
+    """After a warm-up: (calls per timed loop so that a loop lasts >= 10 ms, s per call)."""
+    per_call = _warm_up(fn, torch.device("cpu"), min_calls=3)
+    return max(1, math.ceil(MIN_CPU_SAMPLE_S / max(per_call, 1e-9))), per_call
+
+
+def _cpu_loop_sample(fn: Callable[[], Any], calls: int) -> float:
+    """ms per call, averaged over one loop of ``calls`` calls."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) / calls * 1e3
+
+
 def time_cpu_samples(fn: Callable[[], Any], repeat: int) -> list[float]:
     """Per-call times in ms, each the mean over a loop of calls lasting >= 10 ms."""
-    per_call = _warm_up(fn, torch.device("cpu"), min_calls=3)
-    inner = max(1, math.ceil(MIN_CPU_SAMPLE_S / max(per_call, 1e-9)))
-    samples = []
-    for _ in range(_affordable(repeat, inner * per_call)):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        samples.append((time.perf_counter() - t0) / inner * 1e3)
-    return samples
+    calls, per_call = _cpu_loop_length(fn)
+    return [_cpu_loop_sample(fn, calls) for _ in range(_affordable(repeat, calls * per_call))]
 
 
 def time_cuda_samples(fn: Callable[[], Any], repeat: int, device: torch.device) -> list[float]:
@@ -164,12 +171,6 @@ def time_samples(fn: Callable[[], Any], repeat: int, device: torch.device) -> li
     if device.type == "cuda":
         return time_cuda_samples(fn, repeat, device)
     return time_cpu_samples(fn, repeat)
-
-
-def time_ms(fn: Callable[[], Any], repeat: int, device: torch.device, stat: str = "median") -> float:
-    """The median (or min) per-call time in ms of ``repeat`` samples."""
-    samples = time_samples(fn, repeat, device)
-    return min(samples) if stat == "min" else statistics.median(samples)
 
 
 # ----------------------------------------------------------------------------------------
@@ -310,22 +311,17 @@ def sample_interleaved(fns: dict[str, Callable[[], Any]], repeat: int,
         per_round = max(1, math.ceil(repeat / CUDA_ROUNDS))
         rounds, measure = CUDA_ROUNDS, (lambda name: time_cuda_samples(fns[name], per_round, device))
     else:
-        inner = {}
+        loops = {}
         for name, fn in fns.items():
             try:
-                per_call = _warm_up(fn, device, min_calls=3)
-                inner[name] = (max(1, math.ceil(MIN_CPU_SAMPLE_S / max(per_call, 1e-9))), per_call)
+                loops[name] = _cpu_loop_length(fn)
             except Exception as exc:
                 errors[name] = exc
-        round_s = sum(count * per_call for count, per_call in inner.values())
-        rounds = max(3, min(repeat, int(TIMING_BUDGET_S * max(len(inner), 1) / max(round_s, 1e-9))))
+        round_s = sum(calls * per_call for calls, per_call in loops.values())
+        rounds = max(3, min(repeat, int(TIMING_BUDGET_S * max(len(loops), 1) / max(round_s, 1e-9))))
 
         def measure(name):
-            count = inner[name][0]
-            t0 = time.perf_counter()
-            for _ in range(count):
-                fns[name]()
-            return [(time.perf_counter() - t0) / count * 1e3]
+            return [_cpu_loop_sample(fns[name], loops[name][0])]
     names = [name for name in fns if name not in errors]
     for r in range(rounds if names else 0):
         for name in names[r % len(names):] + names[:r % len(names)]:
