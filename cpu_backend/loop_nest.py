@@ -147,34 +147,33 @@ class CppLoopNest:
         out.writeline(f"for (int64_t x{k}_tile = 0; x{k}_tile < {cols}; x{k}_tile += {TILE_COLS}) {{")
         with out.indent():
             if rows % TILE_ROWS == 0 and cols % TILE_COLS == 0:
-                self._emit_full_tile(out, inner)
+                self._emit_tile(out, inner, full=True)
             else:
                 out.writeline(f"const int64_t x{k - 1}_end = std::min<int64_t>(x{k - 1}_tile + {TILE_ROWS}, {rows});")
                 out.writeline(f"const int64_t x{k}_end = std::min<int64_t>(x{k}_tile + {TILE_COLS}, {cols});")
                 out.writeline(f"if (x{k - 1}_end - x{k - 1}_tile == {TILE_ROWS} && x{k}_end - x{k}_tile == {TILE_COLS}) {{")
                 with out.indent():
-                    self._emit_full_tile(out, inner)
+                    self._emit_tile(out, inner, full=True)
                 out.writeline("} else {")
                 with out.indent():
-                    self._emit_tile_fills(out, f"x{k - 1}_end - x{k - 1}_tile", f"x{k}_end - x{k}_tile")
-                    out.writeline(f"for (int64_t x{k - 1} = x{k - 1}_tile; x{k - 1} < x{k - 1}_end; ++x{k - 1}) {{")
-                    out.writeline(f"for (int64_t x{k} = x{k}_tile; x{k} < x{k}_end; x{k} += tf::kVecLanes) {{")
-                    with out.indent():
-                        self._emit_chunk(out, inner,
-                                         f"x{k}_end - x{k} < tf::kVecLanes ? int(x{k}_end - x{k}) : tf::kVecLanes")
-                    out.writeline("}")
-                    out.writeline("}")
+                    self._emit_tile(out, inner, full=False)
                 out.writeline("}")
         out.writeline("}")
         out.writeline("}")
 
-    def _emit_full_tile(self, out, inner):
+    def _emit_tile(self, out, inner, full: bool):
+        """One block: its tile fills, then its rows in vector chunks. ``full``: the block's
+        extents are TILE_ROWS x TILE_COLS (constants); else they end at x{k-1}_end/x{k}_end."""
         k = len(self.x_sizes) - 1
-        self._emit_tile_fills(out, str(TILE_ROWS), str(TILE_COLS))
-        out.writeline(f"for (int64_t x{k - 1} = x{k - 1}_tile; x{k - 1} < x{k - 1}_tile + {TILE_ROWS}; ++x{k - 1}) {{")
-        out.writeline(f"for (int64_t x{k} = x{k}_tile; x{k} < x{k}_tile + {TILE_COLS}; x{k} += tf::kVecLanes) {{")
+        row_end = f"x{k - 1}_tile + {TILE_ROWS}" if full else f"x{k - 1}_end"
+        col_end = f"x{k}_tile + {TILE_COLS}" if full else f"x{k}_end"
+        self._emit_tile_fills(out, str(TILE_ROWS) if full else f"x{k - 1}_end - x{k - 1}_tile",
+                              str(TILE_COLS) if full else f"x{k}_end - x{k}_tile")
+        out.writeline(f"for (int64_t x{k - 1} = x{k - 1}_tile; x{k - 1} < {row_end}; ++x{k - 1}) {{")
+        out.writeline(f"for (int64_t x{k} = x{k}_tile; x{k} < {col_end}; x{k} += tf::kVecLanes) {{")
         with out.indent():
-            self._emit_chunk(out, inner, None)
+            self._emit_chunk(out, inner, None if full else
+                             f"x{k}_end - x{k} < tf::kVecLanes ? int(x{k}_end - x{k}) : tf::kVecLanes")
         out.writeline("}")
         out.writeline("}")
 
