@@ -6,6 +6,7 @@ as one (stride of the outer == size * stride of the inner) are merged, so a cont
 4-d pointwise op becomes one flat loop and two nodes that iterate the same memory in
 differently shaped loops still see equal indices.
 """
+import functools
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
@@ -182,6 +183,7 @@ def _analyze(buffer, x_sizes, r_sizes):
     return plan, reads, write
 
 
+@functools.lru_cache(maxsize=4096)   # fusion asks again for every candidate pair
 def flat_x_form(dep: MemoryDep):
     """``dep`` over the fewest x dims its own index allows (merged right to left), or None
     when the index involves reduction variables. Two accesses whose x loops differ only
