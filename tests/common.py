@@ -47,6 +47,12 @@ def check(fn, *inputs, atol=None, rtol=None, check_strides=True):
     return sources
 
 
+def storage_sharing(tensors):
+    """Which pairs of tensors share memory: the aliasing a caller can observe."""
+    return [[a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() for b in tensors]
+            for a in tensors]
+
+
 def _assert_same_strides(actual, expected):
     if isinstance(expected, (list, tuple)):
         for a, e in zip(actual, expected):

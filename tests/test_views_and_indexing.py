@@ -2,7 +2,7 @@
 import torch
 import torch.nn.functional as F
 
-from common import allocation_count, check, kernel_count, rand
+from common import allocation_count, check, kernel_count, rand, storage_sharing
 
 
 def test_views_of_inputs(device):
@@ -46,6 +46,28 @@ def test_clone_and_copy(device):
     x = rand(5, 3, device=device)
     check(lambda a: (a.clone(), a.t().contiguous(), a.to(torch.float64) * 2, torch.empty_like(a).copy_(a.t().t())),
           x)
+
+
+def test_outputs_that_are_views_of_one_value_share_its_memory(device):
+    """Eager returns views of one tensor: writing to one output shows through the others."""
+    def base_then_view(x):
+        y = torch.exp(x)
+        return y, y.t()
+
+    def view_then_base(x):
+        y = torch.exp(x)
+        return y.t(), y
+
+    def two_views(x):
+        y = torch.exp(x) + 1
+        return y.t(), y.view(-1), y[1:]
+
+    for fn in (base_then_view, view_then_base, two_views):
+        x = rand(6, 5, device=device)
+        check(fn, x)
+        with torch.no_grad():
+            outputs = torch.compile(fn, backend="tritonfuse", dynamic=False)(x)
+        assert storage_sharing(outputs) == storage_sharing(fn(x)), fn.__name__
 
 
 def test_output_keeps_eager_strides(device):

@@ -14,8 +14,8 @@ import torch.fx
 from . import metrics, sym
 from .config import realize_loads_threshold, realize_reads_threshold
 from .ir import (
-    Buffer, ComputedBuffer, FallbackKernel, FallbackOutput, InputBuffer, Layout, Pointwise, StorageBox,
-    TensorBox, as_strided_buffer, storage_of, strided_layout_of,
+    Buffer, ComputedBuffer, FallbackKernel, FallbackOutput, GenericView, InputBuffer, Layout, Pointwise,
+    ReinterpretView, StorageBox, TensorBox, as_strided_buffer, storage_of, strided_layout_of,
 )
 from .codegen.registry import prefers_materialized_reuse, prefers_online_softmax
 from .lowering import Unsupported, lowerings
@@ -142,9 +142,24 @@ class GraphLowering(torch.fx.Interpreter):
     def output(self, target, args, kwargs):
         results = args[0]
         metas = [n.meta.get("val") if isinstance(n, torch.fx.Node) else None for n in self.current_node.args[0]]
+        self._realize_shared_output_bases(results, metas)
         for value, meta in zip(results, metas):
             self.outputs.append(self._realize_output(value, meta))
         return results
+
+    def _realize_shared_output_bases(self, results, metas):
+        """Outputs that are views of one value share memory in eager (``y, y.t()``): realize
+        that value first, so that each view output is a strided view of its buffer rather
+        than a copy. An output that is the value itself fixes the buffer's layout."""
+        bases = [_view_base(value) for value in results]
+        for value, meta, base in zip(results, metas, bases):
+            if base is None or base.is_realized() or sum(b is base for b in bases) < 2:
+                continue
+            if storage_of(value) is base:
+                self._realize_output(value, meta)
+        for base in bases:
+            if base is not None and sum(b is base for b in bases) > 1:
+                base.realize()
 
     # ---- realization rules ----------------------------------------------------------
     def _maybe_realize_reused(self, value: TensorBox, users: int):
@@ -171,6 +186,11 @@ class GraphLowering(torch.fx.Interpreter):
                 layout = Layout(value.get_device(), value.get_dtype(), [sympy.Integer(s) for s in meta.shape],
                                 [sympy.Integer(s) for s in want_stride])
             return box.realize(layout)
+        base = _view_base(value)
+        if isinstance(value.data, GenericView) and base is not None and base.is_realized():
+            found = value.data.realize_strided()   # a view of a realized buffer: keep it a view
+            if found is not None:
+                value = TensorBox(ReinterpretView(*found))
         layout = strided_layout_of(value)
         if layout is not None and (want_stride is None or list(layout.int_stride()) == want_stride
                                    or sym.to_int(layout.numel()) <= 1):
@@ -218,6 +238,14 @@ class GraphLowering(torch.fx.Interpreter):
         if isinstance(meta, (list, tuple)):
             return type(meta)(self._fallback_outputs(kernel, m, path + (i,)) for i, m in enumerate(meta))
         return meta
+
+
+def _view_base(value):
+    """The StorageBox under a value and any chain of views over it, or None."""
+    data = value.data if isinstance(value, TensorBox) else value
+    while isinstance(data, GenericView):
+        data = data.data
+    return data if isinstance(data, StorageBox) else None
 
 
 def _is_dense(size, stride):
