@@ -3,7 +3,8 @@
 Dynamo hands over an FX graph of torch ops; aot_autograd (with tritonfuse's explicit
 decomposition table) functionalizes it into aten graphs (forward, and backward when
 gradients are needed) and each goes through ``compile_fx.compile_graph``. Mutated inputs
-are written back by aot_autograd's runtime wrapper, as eager would.
+are written back by aot_autograd's runtime wrapper, as eager would; an inference graph
+that needs none of that wrapper's work is called directly (``direct_inference``).
 
 Never crash the user's model: if tritonfuse fails on a graph it logs why and runs that
 graph eagerly (aten), which is always correct.
@@ -15,6 +16,7 @@ import logging
 import torch
 
 from . import config  # noqa: F401  (the knobs live there)
+from .direct_inference import InferenceShortcut
 
 log = logging.getLogger("tritonfuse")
 _graph_counter = itertools.count()
@@ -53,14 +55,15 @@ def tritonfuse_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
         log.warning("tritonfuse: dynamic shapes are not supported yet; this graph runs eagerly "
                     "(compile with dynamic=False)")
         return gm.forward
+    shortcut = InferenceShortcut(gm, example_inputs)
     backend = aot_autograd(
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
-        inference_compiler=_compiler("inference"),
+        inference_compiler=shortcut.wrap(_compiler("inference")),
         decompositions=decomposition_table(),
         keep_inference_input_mutations=False,
     )
-    return backend(gm, example_inputs)
+    return shortcut.callable_or(backend(gm, example_inputs))
 
 
 @functools.lru_cache(None)

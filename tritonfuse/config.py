@@ -30,6 +30,10 @@ cache_dir: str = _env(
 # Reuse compiled graphs from the on-disk cache.
 graph_cache: bool = _env("TRITONFUSE_GRAPH_CACHE", "1") == "1"
 
+# Call inference graphs directly, without aot_autograd's runtime wrapper, when that wrapper
+# would pass arguments and outputs through unchanged (see direct_inference.py).
+direct_inference: bool = _env("TRITONFUSE_DIRECT_INFERENCE", "1") == "1"
+
 # Fusion.
 max_fusion_size: int = 64
 # A pointwise value read by more users than this is realized instead of recomputed.
