@@ -144,3 +144,15 @@ def test_graph_key_covers_the_code_of_the_backend_that_generates(monkeypatch):
     backend_root = os.path.dirname(os.path.abspath(cpu_backend.__file__))
     monkeypatch.setitem(code_cache._fingerprints, backend_root, "edited")
     assert code_cache.graph_key(gm, [x]) != before
+
+
+def test_graph_key_covers_the_cpu_thread_count(monkeypatch):
+    """C++ kernels are generated for torch's thread count: another count compiles anew."""
+    from tritonfuse import code_cache
+
+    gm = torch.fx.symbolic_trace(lambda a: a + 1)
+    x = torch.randn(4)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    two = code_cache.graph_key(gm, [x])
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    assert code_cache.graph_key(gm, [x]) != two
