@@ -29,7 +29,7 @@ import torch
 from tritonfuse import sym
 from tritonfuse.codegen.common import CSE, IndentedBuffer, KernelArgs
 from tritonfuse.codegen.loops import Segment, buffers_crossing_loops, plan_segments
-from tritonfuse.dependencies import plan_and_deps
+from tritonfuse.dependencies import plan_and_deps, refine_dep, refine_plan
 from tritonfuse.virtualized import set_ops_handler
 
 from .common import (
@@ -37,10 +37,11 @@ from .common import (
     ctype,
 )
 from .loop_nest import CppLoopNest
+from .outer_reduction import CppOuterReductions
 from .overrides import CPP_OPS, cpp_op, cpp_result_dtype
 from .reductions import CppReductions
 
-class CppKernel(CppLoopNest, CppReductions):
+class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
     def __init__(self, group, internal, graph, name, num_threads):
         self.group = group
         self.graph = graph
@@ -49,9 +50,10 @@ class CppKernel(CppLoopNest, CppReductions):
         self.args = KernelArgs()
         self.cse = CSE("tmp")
         layouts = group.node_layouts()
-        self.plans = {node.name: plan_and_deps(node.buffer, xs, rs)[0] for node, xs, rs, _ in layouts}
-        first = self.plans[layouts[0][0].name]
-        self.x_sizes = [sym.to_int(s) for s in first.x_sizes]
+        plans = {node.name: plan_and_deps(node.buffer, xs, rs)[0] for node, xs, rs, _ in layouts}
+        finest = max((plan.x_sizes for plan in plans.values()), key=len)   # see CppScheduling._same_loop_nest
+        self.plans = {name: refine_plan(plan, finest) for name, plan in plans.items()}
+        self.x_sizes = [sym.to_int(s) for s in finest]
         r_plans = [self.plans[n.name] for n, _, _, kind in layouts if kind != "x"]
         self.r_sizes = [sym.to_int(s) for s in r_plans[0].r_sizes] if r_plans else []
         self.is_reduction = group.r_numel > 1
@@ -65,6 +67,8 @@ class CppKernel(CppLoopNest, CppReductions):
             self.local_buffers = {}
         self.finished_reductions = {}
         self.split = False        # a full reduction split among threads (loop_nest.py)
+        self.partials = None      # an outer reduction's accumulator rows (outer_reduction.py)
+        self.block_width = None
         self._vector_indirect = set()
         self.tiled = self.axis == "x" and self._needs_tiling(layouts)
         self.tiles = {}   # transposed reads staged through a tile buffer
@@ -88,8 +92,7 @@ class CppKernel(CppLoopNest, CppReductions):
         x_var = sympy.Symbol(f"x{len(self.x_sizes) - 1}", integer=True, nonnegative=True) if self.x_sizes else None
         r_contiguous = x_contiguous = True
         for node, xs, rs, kind in layouts:
-            _, reads, _ = plan_and_deps(node.buffer, xs, rs)
-            for dep in reads:
+            for dep in self.node_reads(node, xs, rs):
                 if dep.name in self.group.names:
                     continue
                 if _stride(dep.index, r_var) not in (0, 1):
@@ -99,6 +102,11 @@ class CppKernel(CppLoopNest, CppReductions):
         if not r_contiguous and x_contiguous and self.x_sizes:
             return "x"
         return "r"
+
+    def node_reads(self, node, x_sizes, r_sizes):
+        """The node's reads over the kernel's row dims."""
+        _, reads, _ = plan_and_deps(node.buffer, x_sizes, r_sizes)
+        return [refine_dep(dep, self.x_sizes) for dep in reads]
 
     @property
     def vector_var(self) -> Optional[sympy.Symbol]:

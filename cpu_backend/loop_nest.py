@@ -1,13 +1,11 @@
 """Loop nests of the C++ backend: the parallel row loop, vector loops with their tails,
-tiles for transposed reads, and the rows-outer form of outer reductions. A mixin of
-CppKernel."""
+tiles for transposed reads and full reductions split among threads (outer reductions:
+outer_reduction.py). A mixin of CppKernel."""
 import math
 
 import sympy
 
-from tritonfuse import sym
 from tritonfuse.codegen.common import IndentedBuffer
-from tritonfuse.dependencies import plan_and_deps
 
 from . import common
 from .common import HALF_TYPES, STORAGE_TYPES, TILE_COLS, TILE_ROWS, _stride, cexpr, ctype
@@ -16,84 +14,6 @@ SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")   # reductions whose pa
 
 
 class CppLoopNest:
-    def _rows_outer_reduction(self) -> bool:
-        """An outer reduction whose loop holds only sum/prod/max/min/any/all nodes:
-        stream the input row by row (contiguous) into a per-thread accumulator row."""
-        if self.axis != "x" or not self.is_reduction or not self.segments[0].is_loop:
-            return False
-        if len(self.segments) > 2 or any(s.is_loop for s in self.segments[1:]):
-            return False
-        for node, _, _, kind in self.segments[0].layouts:
-            if kind != "reduction" or node.buffer.data.reduction_type in ("argmax", "argmin"):
-                return False
-        return True
-
-    def _generate_rows_outer_reduction(self) -> str:
-        x_total = math.prod(self.x_sizes)
-        self.rows_outer = True
-        self.partials = []                  # (accumulator name, C type, identity, combine)
-        loop_body, epilogue = IndentedBuffer(), IndentedBuffer()
-        self.pre, self.post = IndentedBuffer(), epilogue
-        self.code, self.vec_mode, self.in_r_loop = loop_body, True, True
-        self.segment_index = 0
-        for layout in self.segments[0].layouts:
-            self._run_node(*layout)
-        self.in_r_loop = False
-        self.finished_reductions = {}
-        self.code = epilogue
-        for seg in self.segments[1:]:
-            self.segment_index = seg.index
-            for layout in seg.layouts:
-                self._run_node(*layout)
-        self.vec_mode = False
-        work = self.group.x_numel * self.group.r_numel
-        threads = self.num_threads if (self.num_threads > 1 and work >= common.PARALLEL_THRESHOLD) else 1
-        code = IndentedBuffer()
-        code.writeline(f'extern "C" void {self.name}({self._params()}) {{')
-        with code.indent():
-            code.writeline(f"constexpr int64_t kRows = {x_total};   // accumulator row: one slot per output")
-            code.writeline(f"const int nthreads = {threads};")
-            for acc, t, identity, _ in self.partials:
-                code.writeline(f"std::unique_ptr<{t}[]> {acc}_partial(new {t}[nthreads * kRows + tf::kVecLanes]);")
-            code.writeline("#pragma omp parallel num_threads(nthreads)" if threads > 1 else "{")
-            if threads > 1:
-                code.writeline("{")
-            with code.indent():
-                code.writeline("const int tid = " + ("omp_get_thread_num();" if threads > 1 else "0;"))
-                for acc, t, identity, _ in self.partials:
-                    code.writeline(f"{t}* __restrict__ {acc}_row = {acc}_partial.get() + tid * kRows;")
-                    code.writeline(f"for (int64_t i = 0; i < kRows; ++i) {acc}_row[i] = {identity};")
-                if threads > 1:
-                    collapse = f" collapse({len(self.r_sizes)})" if len(self.r_sizes) > 1 else ""
-                    code.writeline(f"#pragma omp for{collapse} schedule(static)")
-                for i, size in enumerate(self.r_sizes):
-                    code.writeline(f"for (int64_t r{i} = 0; r{i} < {size}; ++r{i}) {{")
-                    code._indent += 1
-                self._emit_x_chunks(code, loop_body)
-                for _ in self.r_sizes:
-                    code._indent -= 1
-                    code.writeline("}")
-            code.writeline("}")
-            code.writeline("// combine the threads' rows in a fixed order, then the row-wise epilogue")
-            self._emit_x_chunks(code, epilogue)
-        code.writeline("}")
-        return code.getvalue()
-
-    def _emit_x_chunks(self, code, inner):
-        names = [f"x{i}" for i in range(len(self.x_sizes))]
-        for name, size in zip(names[:-1], self.x_sizes[:-1]):
-            code.writeline(f"for (int64_t {name} = 0; {name} < {size}; ++{name}) {{")
-            code._indent += 1
-        self._emit_vector_loops(code, [], [], inner, vector_dim=("x", len(self.x_sizes) - 1, self.x_sizes[-1]))
-        for _ in names[:-1]:
-            code._indent -= 1
-            code.writeline("}")
-
-    def _x_flat(self) -> str:
-        strides = sym.contiguous_strides([sympy.Integer(s) for s in self.x_sizes])
-        return cexpr(sum((sympy.Symbol(f"x{i}", integer=True) * st for i, st in enumerate(strides)),
-                         sympy.Integer(0)))
-
     def _emit_vector_x_chunk(self, out):
         """Pointwise kernels and outer reductions: everything inside one vector chunk of x."""
         inner = IndentedBuffer()
@@ -132,7 +52,7 @@ class CppLoopNest:
         inner = sympy.Symbol(f"x{len(self.x_sizes) - 1}", integer=True, nonnegative=True)
         outer = sympy.Symbol(f"x{len(self.x_sizes) - 2}", integer=True, nonnegative=True)
         for node, xs, rs, _ in layouts:
-            _, reads, _ = plan_and_deps(node.buffer, xs, rs)
+            reads = self.node_reads(node, xs, rs)
             if any(_stride(dep.index, inner) not in (0, 1) and _stride(dep.index, outer) == 1 for dep in reads):
                 return True
         return False

@@ -44,8 +44,9 @@ class CppReductions:
         self.acc_counter += 1
         vec = value.vec
         lane_wise = self.axis == "x"          # lanes are different rows: no horizontal reduce
-        if getattr(self, "rows_outer", False):
-            result = self._rows_outer_reduction_op(reduction_type, self._vec_if(value, True), acc, t, identity, dtype)
+        if self.partials is not None:   # an outer reduction (outer_reduction.py)
+            result = self._rows_outer_reduction_op(reduction_type, self._vec_if(value, True), acc, t, identity,
+                                                   _LANE_COMBINE[reduction_type], dtype)
         elif reduction_type in ("argmax", "argmin"):
             result = self._arg_reduction(reduction_type, value, acc, t, lane_wise)
         elif reduction_type in ("max", "min") and vec and acc_dtype.is_floating_point:
@@ -161,15 +162,3 @@ class CppReductions:
         self.pre.writeline(f"tf::ArgAcc<{t}> {acc};")
         self.code.writeline(f"{acc} = tf::{reduction_type}_update({acc}, {value}, int64_t({flat_r}));")
         return CppVar(f"{acc}.index", torch.int64, False)
-
-    def _rows_outer_reduction_op(self, reduction_type, value, acc, t, identity, dtype):
-        combine = _LANE_COMBINE[reduction_type]
-        self.partials.append((acc, t, identity, combine))
-        flat = self._x_flat()
-        self.code.writeline(f"tf::vstore<TAIL>({acc}_row + {flat}, "
-                            f"{combine.format(a=f'tf::vload<TAIL>({acc}_row + {flat}, count)', b=value)}, count);")
-        result = CppVar(f"{acc}_result", dtype, True)
-        self.post.writeline(f"auto {result} = tf::vload<TAIL>({acc}_partial.get() + {flat}, count);")
-        self.post.writeline(f"for (int t = 1; t < nthreads; ++t) {result} = "
-                            f"{combine.format(a=result, b=f'tf::vload<TAIL>({acc}_partial.get() + t * kRows + {flat}, count)')};")
-        return result

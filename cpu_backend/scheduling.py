@@ -9,7 +9,7 @@ ctypes with its tensors' data pointers.
 from tritonfuse import metrics
 from tritonfuse.codegen.backend_interface import BackendScheduling
 from tritonfuse.codegen.loops import plan_segments
-from tritonfuse.dependencies import plan_and_deps
+from tritonfuse.dependencies import coarsening_groups, plan_and_deps
 
 from .build import default_num_threads
 from .kernel import CppKernel
@@ -41,15 +41,17 @@ class CppScheduling(BackendScheduling):
 
     @staticmethod
     def _same_loop_nest(merged) -> bool:
-        """Every node must walk the same (merged) row dims, and the same reduced dims when
-        it has any: the C++ kernel is one loop nest."""
+        """Every node must walk the same row positions, and the same reduced dims when it
+        has any: the C++ kernel is one loop nest. Row dims may differ in how far they
+        merged ((8192,) and (8, 1024)): the kernel walks the finest and the others follow."""
         x_shapes, r_shapes = set(), set()
         for node, xs, rs, kind in merged.node_layouts():
             plan, _, _ = plan_and_deps(node.buffer, xs, rs)
             x_shapes.add(tuple(plan.x_sizes))
             if kind != "x":
                 r_shapes.add(tuple(plan.r_sizes))
-        return len(x_shapes) == 1 and len(r_shapes) <= 1
+        finest = max(x_shapes, key=len)
+        return all(coarsening_groups(finest, shape) is not None for shape in x_shapes) and len(r_shapes) <= 1
 
     # ---- code generation --------------------------------------------------------------
     def codegen_node(self, group) -> None:

@@ -50,6 +50,24 @@ def test_outer_dim_reductions(shape):
     check(lambda a: (a.sum(0), a.amax(0), a.argmax(0), a.mean(0)), x, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("shape, dim, form", [
+    ((300, 1000), 0, "row blocks"),        # one row dim: blocks of columns, the last with a tail
+    ((8, 128, 256), 1, "row blocks"),      # whole rows, one per (collapsed) outer index
+    ((3, 400, 40), 1, "row blocks"),       # 3 outer rows for 2 threads: split into blocks
+    ((6000, 8), 0, "partial rows"),        # too few columns for the threads: split the reduction
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_outer_reduction_forms(shape, dim, form, dtype, monkeypatch):
+    monkeypatch.setattr("cpu_backend.scheduling.default_num_threads", lambda: 2)   # the forms depend on it
+    x = rand(*shape, dtype=dtype)
+    tol = dict(atol=1e-3, rtol=1e-4) if dtype == torch.float32 else dict(atol=0.5, rtol=2e-2)
+    sources = check(lambda a: (torch.sigmoid(a.sum(dim)), a.amax(dim), a.amin(dim) * 2, (a > 2.5).any(dim)),
+                    x, **tol)
+    assert kernel_count() == 1
+    kernel = sources[1]
+    assert ("_partial" in kernel) == (form == "partial rows"), kernel
+
+
 def test_full_reduction_of_a_large_tensor():
     x = rand(300, 700)
     check(lambda a: (a.sum(), a.amax(), a.argmin()), x, atol=1e-2, rtol=1e-4)

@@ -199,6 +199,54 @@ def flat_x_form(dep: MemoryDep):
     return tuple(sym.to_int(s) for s in sizes), index
 
 
+def coarsening_groups(fine, coarse):
+    """The runs of consecutive dims of ``fine`` whose products are the dims of ``coarse``
+    (both row-major over the same positions: ``(8192,)`` coarsens ``(8, 1024)``), or None
+    when ``coarse`` is no such coarsening."""
+    fine = [sym.to_int(s) for s in fine]
+    groups, k = [], 0
+    for size in (sym.to_int(s) for s in coarse):
+        start, product = k, 1
+        while k < len(fine) and product < size:
+            product *= fine[k]
+            k += 1
+        if product != size or k == start:
+            return None
+        groups.append(range(start, k))
+    return groups if k == len(fine) else None
+
+
+def _refining_substitution(coarse_sizes, fine_sizes):
+    """{coarse canonical x var: the same row-major position in the fine x vars}."""
+    coarse_vars, fine_vars = sym.index_vars("x", len(coarse_sizes)), sym.index_vars("x", len(fine_sizes))
+    mapping = {}
+    for var, group in zip(coarse_vars, coarsening_groups(fine_sizes, coarse_sizes)):
+        strides = sym.contiguous_strides([sympy.Integer(sym.to_int(fine_sizes[k])) for k in group])
+        mapping[var] = sum((fine_vars[k] * stride for k, stride in zip(group, strides)), sympy.Integer(0))
+    return mapping
+
+
+def refine_plan(plan: LoopPlan, fine_x_sizes) -> LoopPlan:
+    """``plan`` walking the finer row dims ``fine_x_sizes`` (a refinement of its own): the
+    same positions in the same order, so a node whose rows merged further can share a
+    loop nest with nodes whose rows could not."""
+    if list(plan.x_sizes) == list(fine_x_sizes):
+        return plan
+    mapping = _refining_substitution(plan.x_sizes, fine_x_sizes)
+    substitution = {raw: sympy.expand(sympy.sympify(expr).xreplace(mapping))
+                    for raw, expr in plan.substitution.items()}
+    return LoopPlan(list(fine_x_sizes), plan.r_sizes, plan.raw_x, plan.raw_r, substitution)
+
+
+def refine_dep(dep: MemoryDep, fine_x_sizes) -> MemoryDep:
+    """``dep`` over the finer row dims ``fine_x_sizes`` (see ``refine_plan``)."""
+    if list(dep.x_sizes) == list(fine_x_sizes):
+        return dep
+    mapping = _refining_substitution(dep.x_sizes, fine_x_sizes)
+    return MemoryDep(dep.name, sympy.expand(dep.index.xreplace(mapping)), tuple(fine_x_sizes), dep.r_sizes,
+                     dep.indirect)
+
+
 def extract_deps(buffer, x_sizes, r_sizes):
     _, reads, write = plan_and_deps(buffer, x_sizes, r_sizes)
     return reads, write

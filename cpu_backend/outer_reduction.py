@@ -1,0 +1,201 @@
+"""Outer reductions of the C++ backend: reductions over dims that sit outside the
+contiguous row dim in memory (``x.sum(0)``, ``x.sum(1)`` of a 3-d ``x``). The vector
+lanes run along the contiguous row dim, each lane accumulating its own output, in one of
+two forms. A mixin of CppKernel.
+
+Row blocks (when the rows offer enough independent work for the threads):
+
+    #pragma omp for collapse(..)
+    for x0 .. (outer row dims), for each block of B columns of the last row dim:
+        acc_row[B] = identity                  thread-local, stays in L1
+        for r ..: for x_last in block: acc_row[x_last - block] op= value
+        for x_last in block: epilogue(acc_row[..]) -> stores
+
+Partial rows (few outputs, a long reduction: ``x.sum(0)`` of a (100000, 16) tensor):
+
+    #pragma omp for
+    for r ..: for x ..: acc_row[tid][x] op= value     one row of all outputs per thread
+    then, after the region: combine the threads' rows in order, epilogue -> stores
+
+Row blocks need no combine step and keep their accumulators in L1; partial rows split
+the reduction itself among the threads.
+"""
+import math
+
+import sympy
+
+from tritonfuse import sym
+from tritonfuse.codegen.common import IndentedBuffer
+
+from . import common
+from .common import CppVar, cexpr
+
+# Widest block of a row-block accumulator (elements): 16 KB of float, within L1 with the
+# streamed input.
+MAX_BLOCK = 4096
+BLOCK_ALIGN = 16    # blocks are whole vectors of any ISA (kVecLanes divides 16)
+
+
+class CppOuterReductions:
+    def _rows_outer_reduction(self) -> bool:
+        """An outer reduction whose loop holds only sum/prod/max/min/any/all nodes."""
+        if self.axis != "x" or not self.is_reduction or not self.segments[0].is_loop:
+            return False
+        if len(self.segments) > 2 or any(s.is_loop for s in self.segments[1:]):
+            return False
+        for node, _, _, kind in self.segments[0].layouts:
+            if kind != "reduction" or node.buffer.data.reduction_type in ("argmax", "argmin"):
+                return False
+        return True
+
+    def _row_block_width(self, threads: int):
+        """Columns per block of the last row dim, or None when the blocks cannot keep
+        ``threads`` threads busy (then partial rows split the reduction instead)."""
+        outer, last = math.prod(self.x_sizes[:-1]), self.x_sizes[-1]
+        most_blocks = max(1, -(-last // BLOCK_ALIGN))
+        blocks = min(most_blocks, max(1, -(-last // MAX_BLOCK)))
+        # enough blocks for every thread, and no thread with a block more than the others
+        while blocks < most_blocks and (outer * blocks < threads or (outer * blocks) % threads
+                                        and outer * blocks < 4 * threads):
+            blocks += 1
+        if outer * blocks < threads:
+            return None
+        width = -(-last // blocks)
+        return min(last, -(-width // BLOCK_ALIGN) * BLOCK_ALIGN)
+
+    def _generate_rows_outer_reduction(self) -> str:
+        work = self.group.x_numel * self.group.r_numel
+        threads = self.num_threads if (self.num_threads > 1 and work >= common.PARALLEL_THRESHOLD) else 1
+        self.block_width = self._row_block_width(threads)
+        self.partials = []                  # (accumulator name, C type, identity, combine)
+        loop_body, epilogue = IndentedBuffer(), IndentedBuffer()
+        self.pre, self.post = IndentedBuffer(), epilogue
+        self.code, self.vec_mode, self.in_r_loop = loop_body, True, True
+        self.segment_index = 0
+        for layout in self.segments[0].layouts:
+            self._run_node(*layout)
+        self.in_r_loop = False
+        self.finished_reductions = {}
+        self.code = epilogue
+        for seg in self.segments[1:]:
+            self.segment_index = seg.index
+            for layout in seg.layouts:
+                self._run_node(*layout)
+        self.vec_mode = False
+        code = IndentedBuffer()
+        code.writeline(f'extern "C" void {self.name}({self._params()}) {{')
+        with code.indent():
+            if self.block_width is not None:
+                self._emit_row_blocks(code, loop_body, epilogue, threads)
+            else:
+                self._emit_partial_rows(code, loop_body, epilogue, threads)
+        code.writeline("}")
+        return code.getvalue()
+
+    # ---- the two forms ------------------------------------------------------------------
+    def _emit_row_blocks(self, code, loop_body, epilogue, threads):
+        width, last = self.block_width, self.x_sizes[-1]
+        k = len(self.x_sizes) - 1
+        whole = last % width == 0 and width % BLOCK_ALIGN == 0   # no block has a tail
+        code.writeline(f"#pragma omp parallel num_threads({threads})" if threads > 1 else "{")
+        if threads > 1:
+            code.writeline("{")
+        with code.indent():
+            for acc, t, _, _ in self.partials:
+                code.writeline(f"alignas(64) {t} {acc}_row[{width}];")
+            split_rows = width < last   # blocks of a row: one more (collapsed) loop
+            loops = len(self.x_sizes) - 1 + split_rows
+            if threads > 1:
+                collapse = f" collapse({loops})" if loops > 1 else ""
+                code.writeline(f"#pragma omp for{collapse} schedule(static)")
+            for i, size in enumerate(self.x_sizes[:-1]):
+                code.writeline(f"for (int64_t x{i} = 0; x{i} < {size}; ++x{i}) {{")
+                code._indent += 1
+            if split_rows:
+                code.writeline(f"for (int64_t xb = 0; xb < {last}; xb += {width}) {{")
+                code._indent += 1
+                end = f"xb + {width}" if whole else f"std::min<int64_t>(xb + {width}, {last})"
+                code.writeline(f"const int64_t xb_end = {end};")
+            else:
+                code.writeline(f"const int64_t xb = 0, xb_end = {last};   // the whole row")
+            for acc, _, identity, _ in self.partials:
+                code.writeline(f"for (int64_t i = 0; i < {width}; ++i) {acc}_row[i] = {identity};")
+            for i, size in enumerate(self.r_sizes):
+                code.writeline(f"for (int64_t r{i} = 0; r{i} < {size}; ++r{i}) {{")
+                code._indent += 1
+            self._emit_block_chunks(code, loop_body, k, whole)
+            for _ in self.r_sizes:
+                code._indent -= 1
+                code.writeline("}")
+            code.writeline("// the block's results: the row-wise epilogue")
+            self._emit_block_chunks(code, epilogue, k, whole)
+            for _ in range(loops):
+                code._indent -= 1
+                code.writeline("}")
+        code.writeline("}")
+
+    def _emit_block_chunks(self, code, inner, k, whole):
+        code.writeline(f"for (int64_t x{k} = xb; x{k} < xb_end; x{k} += tf::kVecLanes) {{")
+        with code.indent():
+            self._emit_chunk(code, inner, None if whole else
+                             f"xb_end - x{k} < tf::kVecLanes ? int(xb_end - x{k}) : tf::kVecLanes")
+        code.writeline("}")
+
+    def _emit_partial_rows(self, code, loop_body, epilogue, threads):
+        code.writeline(f"constexpr int64_t kRows = {math.prod(self.x_sizes)};   // accumulator row: one slot per output")
+        code.writeline(f"const int nthreads = {threads};")
+        for acc, t, _, _ in self.partials:
+            code.writeline(f"std::unique_ptr<{t}[]> {acc}_partial(new {t}[nthreads * kRows + tf::kVecLanes]);")
+        code.writeline("#pragma omp parallel num_threads(nthreads)" if threads > 1 else "{")
+        if threads > 1:
+            code.writeline("{")
+        with code.indent():
+            code.writeline("const int tid = " + ("omp_get_thread_num();" if threads > 1 else "0;"))
+            for acc, t, identity, _ in self.partials:
+                code.writeline(f"{t}* __restrict__ {acc}_row = {acc}_partial.get() + tid * kRows;")
+                code.writeline(f"for (int64_t i = 0; i < kRows; ++i) {acc}_row[i] = {identity};")
+            if threads > 1:
+                collapse = f" collapse({len(self.r_sizes)})" if len(self.r_sizes) > 1 else ""
+                code.writeline(f"#pragma omp for{collapse} schedule(static)")
+            for i, size in enumerate(self.r_sizes):
+                code.writeline(f"for (int64_t r{i} = 0; r{i} < {size}; ++r{i}) {{")
+                code._indent += 1
+            self._emit_x_chunks(code, loop_body)
+            for _ in self.r_sizes:
+                code._indent -= 1
+                code.writeline("}")
+        code.writeline("}")
+        code.writeline("// combine the threads' rows in a fixed order, then the row-wise epilogue")
+        self._emit_x_chunks(code, epilogue)
+
+    def _emit_x_chunks(self, code, inner):
+        names = [f"x{i}" for i in range(len(self.x_sizes))]
+        for name, size in zip(names[:-1], self.x_sizes[:-1]):
+            code.writeline(f"for (int64_t {name} = 0; {name} < {size}; ++{name}) {{")
+            code._indent += 1
+        self._emit_vector_loops(code, [], [], inner, vector_dim=("x", len(self.x_sizes) - 1, self.x_sizes[-1]))
+        for _ in names[:-1]:
+            code._indent -= 1
+            code.writeline("}")
+
+    # ---- the accumulator update (called by CppReductions.reduction) ---------------------
+    def _rows_outer_reduction_op(self, reduction_type, value, acc, t, identity, combine, dtype):
+        self.partials.append((acc, t, identity, combine))
+        result = CppVar(f"{acc}_result", dtype, True)
+        if self.block_width is not None:
+            slot = f"{acc}_row + (x{len(self.x_sizes) - 1} - xb)"
+            self.post.writeline(f"const auto {result} = tf::vload<TAIL>({slot}, count);")
+        else:
+            flat = self._x_flat()
+            slot = f"{acc}_row + {flat}"
+            self.post.writeline(f"auto {result} = tf::vload<TAIL>({acc}_partial.get() + {flat}, count);")
+            self.post.writeline(f"for (int t = 1; t < nthreads; ++t) {result} = "
+                                f"{combine.format(a=result, b=f'tf::vload<TAIL>({acc}_partial.get() + t * kRows + {flat}, count)')};")
+        self.code.writeline(f"tf::vstore<TAIL>({slot}, "
+                            f"{combine.format(a=f'tf::vload<TAIL>({slot}, count)', b=value)}, count);")
+        return result
+
+    def _x_flat(self) -> str:
+        strides = sym.contiguous_strides([sympy.Integer(s) for s in self.x_sizes])
+        return cexpr(sum((sympy.Symbol(f"x{i}", integer=True) * st for i, st in enumerate(strides)),
+                         sympy.Integer(0)))
