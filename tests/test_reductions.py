@@ -117,3 +117,31 @@ def test_softmax_family_special_values(device, cols):
     target = torch.arange(6, device=device) % cols
     check(lambda a: (torch.softmax(a, -1), torch.log_softmax(a, -1),
                      torch.nn.functional.cross_entropy(a, target, reduction="none")), x, atol=1e-5, rtol=1e-4)
+
+
+def _splits_on_this_device(device):
+    import tritonfuse
+    return device == "cuda" or tritonfuse.config.cpu_backend == "triton"
+
+
+@pytest.mark.parametrize("numel", [65536, 65537])   # splits evenly / with a masked last chunk
+def test_split_full_reduction(device, numel):
+    """One output from many elements: two kernels on the Triton backend (partials, then
+    their combination), one C++ kernel; eager's result either way."""
+    x = rand(numel, device=device)
+    check(lambda a: (a.sum(), a.amax(), (a * 2).abs().mean(), (a > 2.9).any()), x, atol=1e-2, rtol=1e-4)
+    if _splits_on_this_device(device):
+        assert kernel_count() == 2   # stage 1 of all four, stage 2 of all four
+
+
+def test_split_outer_and_inner_reductions(device):
+    # a tall column sum (few outputs, long reduction) with a fused prologue and epilogue,
+    # and rows that each reduce 8k elements; int64 and bf16 sources
+    x = rand(8200, 40, device=device)
+    check(lambda a: torch.sigmoid((a * a).sum(0)) + 1, x, atol=1e-3, rtol=1e-4)
+    y = rand(3, 8192, device=device)
+    check(lambda a: (a.sum(-1), a.amin(-1), a.prod(-1) == 0), y, atol=1e-2, rtol=1e-4)
+    i = rand(70000, dtype=torch.int64, device=device, low=-5, high=5)
+    check(lambda a: (a.sum(), a.amax()), i)
+    h = rand(128, 1024, dtype=torch.bfloat16, device=device)
+    check(lambda a: a.sum(), h, atol=1.0, rtol=2e-2)

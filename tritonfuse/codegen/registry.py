@@ -72,3 +72,14 @@ def prefers_online_softmax(device_type: str) -> bool:
     except KeyError:
         return False
     return getattr(cls, "online_softmax", False)
+
+
+def split_reduction_target(device) -> int:
+    """How many programs the backend for ``device`` wants in flight: a reduction with
+    fewer outputs than that is split in two (lowering/split_reduction.py). 0: never."""
+    try:
+        cls = get_scheduling_class(device.type)
+    except KeyError:
+        return 0
+    target = getattr(cls, "split_reduction_target", None)
+    return target(device) if target is not None else 0

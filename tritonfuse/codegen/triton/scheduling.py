@@ -3,6 +3,7 @@
 Registered for "cuda" (compiled kernels) and, through ``InterpretedTritonScheduling``,
 for "cpu" tensors when ``config.cpu_backend == "triton"`` (Triton's interpreter).
 """
+import functools
 import os
 
 import jinja2
@@ -26,6 +27,11 @@ class TritonScheduling(BackendScheduling):
     ops_table = TRITON_OPS
     use_libdevice = True
     launcher_device = "cuda"
+
+    @staticmethod
+    def split_reduction_target(device) -> int:
+        """Programs to keep a GPU busy: a few per SM (see lowering/split_reduction.py)."""
+        return 4 * _multiprocessor_count(device)
 
     def can_fuse_vertical(self, first, second, merged) -> bool:
         return True
@@ -97,8 +103,24 @@ class InterpretedTritonScheduling(TritonScheduling):
     use_libdevice = False
     launcher_device = "cpu"
 
+    @staticmethod
+    def split_reduction_target(device) -> int:
+        return 8   # as for a small GPU: CI runs the split path through the interpreter
 
 
+
+
+
+@functools.lru_cache(None)
+def _multiprocessor_count_cached(index) -> int:
+    import torch
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _multiprocessor_count(device) -> int:
+    import torch
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _multiprocessor_count_cached(index)
 
 
 def _transposed_tiling(group):
