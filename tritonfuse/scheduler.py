@@ -21,6 +21,11 @@ from .ir import ComputedBuffer, FallbackKernel
 log = logging.getLogger("tritonfuse.scheduler")
 
 
+# Kernels over at most this many elements cost about their launch: fuse them even when
+# they share no data.
+LAUNCH_BOUND_NUMEL = 4096
+
+
 class SchedulerNode:
     """One computed buffer."""
 
@@ -198,13 +203,18 @@ class Scheduler:
         return groups
 
     def _score(self, a: FusedNode, b: FusedNode) -> int:
-        """Bytes that fusing saves: buffers one writes and the other reads, and shared reads."""
+        """Bytes that fusing saves: buffers one writes and the other reads, and shared reads.
+        Two tiny kernels of one shape that share nothing still score 1: one launch saved
+        (the second stages of split reductions, for one)."""
         shared = (a.names & b.read_names()) | (b.names & a.read_names()) | (a.read_names() & b.read_names())
         total = 0
         for name in shared:
             buffer = self.graph.name_to_buffer.get(name)
             if buffer is not None:
                 total += sym.to_int(buffer.layout.numel()) * buffer.get_dtype().itemsize
+        if total == 0 and (a.x_numel, a.r_numel) == (b.x_numel, b.r_numel) \
+                and a.x_numel * a.r_numel <= LAUNCH_BOUND_NUMEL:
+            return 1
         return total
 
     def _try_fuse(self, a: FusedNode, b: FusedNode, ancestors) -> Optional[FusedNode]:
