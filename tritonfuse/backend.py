@@ -6,6 +6,8 @@ gradients are needed) and each goes through ``compile_fx.compile_graph``. Mutate
 are written back by aot_autograd's runtime wrapper, as eager would; an inference graph
 that needs none of that wrapper's work is called directly (``direct_inference``).
 
+A graph with symbolic sizes is compiled once per input shape it meets (specialize.py).
+
 Never crash the user's model: if tritonfuse fails on a graph it logs why and runs that
 graph eagerly (aten), which is always correct.
 """
@@ -17,6 +19,7 @@ import torch
 
 from . import config  # noqa: F401  (the knobs live there)
 from .direct_inference import InferenceShortcut
+from .specialize import ShapeSpecializer
 
 log = logging.getLogger("tritonfuse")
 _graph_counter = itertools.count()
@@ -52,9 +55,7 @@ def tritonfuse_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     from torch._dynamo.backends.common import aot_autograd
     from .decompositions import decomposition_table
     if _has_symbolic_shapes(example_inputs):
-        log.warning("tritonfuse: dynamic shapes are not supported yet; this graph runs eagerly "
-                    "(compile with dynamic=False)")
-        return gm.forward
+        return ShapeSpecializer(gm, tritonfuse_backend)
     shortcut = InferenceShortcut(gm, example_inputs)
     backend = aot_autograd(
         fw_compiler=_compiler("forward"),

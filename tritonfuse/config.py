@@ -34,6 +34,10 @@ graph_cache: bool = _env("TRITONFUSE_GRAPH_CACHE", "1") == "1"
 # would pass arguments and outputs through unchanged (see direct_inference.py).
 direct_inference: bool = _env("TRITONFUSE_DIRECT_INFERENCE", "1") == "1"
 
+# Graphs with dynamic shapes get one static compile per input shape, up to this many;
+# further shapes run eagerly.
+max_shape_specializations: int = int(_env("TRITONFUSE_MAX_SHAPE_SPECIALIZATIONS", "8"))
+
 # Fusion.
 max_fusion_size: int = 64
 # A pointwise value read by more users than this is realized instead of recomputed.

@@ -75,7 +75,12 @@ class GraphLowering(torch.fx.Interpreter):
         example = self.example_inputs[self._placeholder_index]
         self._placeholder_index += 1
         if not isinstance(example, torch.Tensor):
-            raise Unsupported(f"non-tensor graph input {type(example).__name__}")
+            if self.current_node.users:
+                raise Unsupported(f"non-tensor graph input {type(example).__name__}")
+            # a size the graph was specialized to (backend.py, dynamic shapes): passed, unused
+            name = f"unused_arg{len(self.input_order)}"
+            self.input_order.append(name)
+            return example
         name = f"arg{len(self.input_order)}"
         buffer = self._make_input(name, example)
         self.graph_inputs[name] = buffer

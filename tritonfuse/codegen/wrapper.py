@@ -147,7 +147,7 @@ class WrapperCodeGen:
             if names:
                 code.writeline(f"{', '.join(names)}, = args")
             code.writeline("args.clear()")
-            for name in names:
+            for name in (n for n in names if n in graph.graph_inputs):
                 layout = graph.graph_inputs[name].layout
                 code.writeline(f"{name} = ensure_layout({name}, {_shape(layout.int_size())}, "
                                f"{_shape(layout.int_stride())})")

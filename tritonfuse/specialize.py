@@ -1,0 +1,54 @@
+"""Graphs with symbolic sizes: one static compile per distinct input shape.
+
+tritonfuse generates code for static shapes. When Dynamo hands over a graph with symbolic
+sizes (``dynamic=True``, or a recompile after a shape changed), ``ShapeSpecializer``
+stands in for it: at the first call with a new set of input shapes it traces and compiles
+the same FX graph for those concrete shapes (forward, and backward when gradients are
+needed), then reuses that compile whenever those shapes come back. Past
+``config.max_shape_specializations`` shapes, new ones run the graph eagerly (logged once).
+"""
+import logging
+
+import torch
+
+from . import config
+
+log = logging.getLogger("tritonfuse")
+
+
+def _signature(args) -> tuple:
+    key = []
+    for value in args:
+        if isinstance(value, torch.Tensor):
+            key.append((tuple(value.shape), value.stride(), value.dtype, value.device, value.requires_grad,
+                        value.storage_offset()))
+        else:
+            key.append((type(value).__name__, value))
+    return tuple(key)
+
+
+class ShapeSpecializer:
+    def __init__(self, gm: torch.fx.GraphModule, compile_static):
+        self.gm = gm
+        self.compile_static = compile_static    # (gm, real example inputs) -> callable
+        self.compiled = {}
+        self.warned = False
+        log.info("tritonfuse: a graph with dynamic shapes is compiled once per input shape")
+
+    def __call__(self, *args):
+        key = _signature(args)
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            compiled = self._compile(key, args)
+        return compiled(*args)
+
+    def _compile(self, key, args):
+        if len(self.compiled) >= config.max_shape_specializations:
+            if not self.warned:
+                log.warning("tritonfuse: more than %d input shapes for one graph; new shapes run eagerly "
+                            "(tritonfuse.config.max_shape_specializations)", config.max_shape_specializations)
+                self.warned = True
+            return self.gm.forward
+        compiled = self.compile_static(self.gm, list(args))
+        self.compiled[key] = compiled
+        return compiled
