@@ -120,11 +120,11 @@ class CppLoopNest:
         out.writeline("};")
         end = size
         if split_among_threads and len(names) == 1:
-            out.writeline(f"const int64_t {var}_share = ({size} / tf::kVecLanes + nthreads - 1) / nthreads "
+            out.writeline(f"const int64_t {var}_share = ({size} / tf::kVecLanes + team - 1) / team "
                           f"* tf::kVecLanes;")
             out.writeline(f"int64_t {var}_start = std::min<int64_t>(tid * {var}_share, {size});")
             # the last thread also takes the partial vector at the end
-            out.writeline(f"const int64_t {var}_end = tid == nthreads - 1 ? {size} : "
+            out.writeline(f"const int64_t {var}_end = tid == team - 1 ? {size} : "
                           f"std::min<int64_t>({var}_start + {var}_share, {size});")
             end = f"{var}_end"
         else:
@@ -202,12 +202,14 @@ class CppLoopNest:
         code.writeline(f'extern "C" void {self.name}({self._params()}) {{')
         with code.indent():
             code.writeline(f"constexpr int nthreads = {threads};")
+            code.writeline("int nteam = 1;   // the threads OpenMP gives (OMP_THREAD_LIMIT, OMP_DYNAMIC: maybe fewer)")
             for result, t, _ in self.split_results:
                 code.writeline(f"{t} {result}_partial[nthreads];")
             code.writeline("#pragma omp parallel num_threads(nthreads)")
             code.writeline("{")
             with code.indent():
-                code.writeline("const int tid = omp_get_thread_num();")
+                code.writeline("const int tid = omp_get_thread_num(), team = omp_get_num_threads();")
+                code.writeline("if (tid == 0) nteam = team;")
                 code.splice(pre)
                 self._emit_unrolled_r_loops(code, inner, split_among_threads=True)
                 code.splice(post)
@@ -216,7 +218,7 @@ class CppLoopNest:
             code.writeline("}")
             for result, t, combine in self.split_results:
                 code.writeline(f"{t} {result} = {result}_partial[0];")
-                code.writeline(f"for (int t = 1; t < nthreads; ++t) {result} = "
+                code.writeline(f"for (int t = 1; t < nteam; ++t) {result} = "
                                f"{combine.format(a=result, b=f'{result}_partial[t]')};")
             code.splice(self.split_stores)
             code.splice(after)

@@ -31,8 +31,10 @@ from . import common
 from .common import CppVar, cexpr
 
 # Widest block of a row-block accumulator (elements): 16 KB of float, within L1 with the
-# streamed input.
+# streamed input; and all of a thread's accumulator rows (they live on its stack) together
+# at most MAX_ROWS_BYTES.
 MAX_BLOCK = 4096
+MAX_ROWS_BYTES = 64 * 1024
 BLOCK_ALIGN = 16    # blocks are whole vectors of any ISA (kVecLanes divides 16)
 
 
@@ -52,8 +54,10 @@ class CppOuterReductions:
         """Columns per block of the last row dim, or None when the blocks cannot keep
         ``threads`` threads busy (then partial rows split the reduction instead)."""
         outer, last = math.prod(self.x_sizes[:-1]), self.x_sizes[-1]
+        accumulators = len(self.segments[0].layouts)   # one per reduction node, <= 8 bytes each
+        widest = max(BLOCK_ALIGN, min(MAX_BLOCK, MAX_ROWS_BYTES // (8 * accumulators)) // BLOCK_ALIGN * BLOCK_ALIGN)
         most_blocks = max(1, -(-last // BLOCK_ALIGN))
-        blocks = min(most_blocks, max(1, -(-last // MAX_BLOCK)))
+        blocks = min(most_blocks, max(1, -(-last // widest)))
         # enough blocks for every thread, and no thread with a block more than the others
         while blocks < most_blocks and (outer * blocks < threads or (outer * blocks) % threads
                                         and outer * blocks < 4 * threads):
@@ -144,6 +148,7 @@ class CppOuterReductions:
     def _emit_partial_rows(self, code, loop_body, epilogue, threads):
         code.writeline(f"constexpr int64_t kRows = {math.prod(self.x_sizes)};   // accumulator row: one slot per output")
         code.writeline(f"const int nthreads = {threads};")
+        code.writeline("int nteam = 1;   // the threads OpenMP gives (OMP_THREAD_LIMIT, OMP_DYNAMIC: maybe fewer)")
         for acc, t, _, _ in self.partials:
             code.writeline(f"std::unique_ptr<{t}[]> {acc}_partial(new {t}[nthreads * kRows + tf::kVecLanes]);")
         code.writeline("#pragma omp parallel num_threads(nthreads)" if threads > 1 else "{")
@@ -151,6 +156,8 @@ class CppOuterReductions:
             code.writeline("{")
         with code.indent():
             code.writeline("const int tid = " + ("omp_get_thread_num();" if threads > 1 else "0;"))
+            if threads > 1:
+                code.writeline("if (tid == 0) nteam = omp_get_num_threads();")
             for acc, t, identity, _ in self.partials:
                 code.writeline(f"{t}* __restrict__ {acc}_row = {acc}_partial.get() + tid * kRows;")
                 code.writeline(f"for (int64_t i = 0; i < kRows; ++i) {acc}_row[i] = {identity};")
@@ -189,7 +196,7 @@ class CppOuterReductions:
             flat = self._x_flat()
             slot = f"{acc}_row + {flat}"
             self.post.writeline(f"auto {result} = tf::vload<TAIL>({acc}_partial.get() + {flat}, count);")
-            self.post.writeline(f"for (int t = 1; t < nthreads; ++t) {result} = "
+            self.post.writeline(f"for (int t = 1; t < nteam; ++t) {result} = "
                                 f"{combine.format(a=result, b=f'tf::vload<TAIL>({acc}_partial.get() + t * kRows + {flat}, count)')};")
         self.code.writeline(f"tf::vstore<TAIL>({slot}, "
                             f"{combine.format(a=f'tf::vload<TAIL>({slot}, count)', b=value)}, count);")

@@ -138,3 +138,24 @@ def test_unrolled_reduction_loops(unroll, monkeypatch):
     check(lambda a, b: (a.sum(-1), a.amax(-1), torch.var_mean(a, -1), torch.softmax(a, -1), b.sum(), b.amax()),
           x, y, atol=1e-2, rtol=1e-5)
     assert tritonfuse.metrics.eager_graphs == 0
+
+
+def test_fewer_openmp_threads_than_requested(tmp_path):
+    """OMP_THREAD_LIMIT (or OMP_DYNAMIC) may give a parallel region fewer threads than the
+    kernel asks for: per-thread partial results must be combined over the threads that ran."""
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import torch, tritonfuse\n"
+        "torch.set_num_threads(4)\n"
+        "tritonfuse.config.cpu_backend = 'cpp'\n"
+        "cases = [(lambda a: (a.sum(0), a.amax(0)), torch.randn(100000, 16)),\n"   # partial rows
+        "         (lambda a: (a.sum(), a.amin()), torch.randn(1000003))]\n"         # a split full reduction
+        "for fn, x in cases:\n"
+        "    for got, want in zip(torch.compile(fn, backend='tritonfuse')(x), fn(x)):\n"
+        "        torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-4)\n"
+        "print('ok')\n")
+    env = dict(os.environ, OMP_THREAD_LIMIT="1", TRITONFUSE_CACHE_DIR=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stdout + result.stderr
