@@ -58,3 +58,16 @@ def test_too_many_shapes_run_eagerly_and_say_so(device, monkeypatch, caplog):
             assert_same(compiled(x), torch.exp(x) + 1)
     assert tritonfuse.metrics.generated_kernel_count == 2
     assert sum("input shapes for one graph" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_graph_that_cannot_be_specialized_runs_eagerly(device, caplog):
+    # Dynamo passes a Python float as a 0-d tensor read with .item(): no static trace exists
+    def fn(x, scale):
+        return (x * scale).sin().sum(-1)
+
+    compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
+    with caplog.at_level(logging.WARNING, logger="tritonfuse"), torch.no_grad():
+        for rows, scale in ((4, 0.5), (5, 0.25), (6, 0.5)):
+            x = rand(rows, 64, device=device)
+            assert_same(compiled(x, scale), fn(x, scale))
+    assert any("runs eagerly" in r.getMessage() for r in caplog.records)

@@ -6,6 +6,8 @@ stands in for it: at the first call with a new set of input shapes it traces and
 the same FX graph for those concrete shapes (forward, and backward when gradients are
 needed), then reuses that compile whenever those shapes come back. Past
 ``config.max_shape_specializations`` shapes, new ones run the graph eagerly (logged once).
+A graph that cannot be traced for concrete shapes at all (a Python float argument that
+Dynamo passes as a tensor and reads with ``.item()``) runs eagerly from then on (logged).
 """
 import logging
 
@@ -33,6 +35,7 @@ class ShapeSpecializer:
         self.compile_static = compile_static    # (gm, real example inputs) -> callable
         self.compiled = {}
         self.warned = False
+        self.eager = False        # tracing for concrete shapes failed: run every call eagerly
         log.info("tritonfuse: a graph with dynamic shapes is compiled once per input shape")
 
     def __call__(self, *args):
@@ -43,12 +46,23 @@ class ShapeSpecializer:
         return compiled(*args)
 
     def _compile(self, key, args):
+        if self.eager:
+            return self.gm.forward
         if len(self.compiled) >= config.max_shape_specializations:
             if not self.warned:
                 log.warning("tritonfuse: more than %d input shapes for one graph; new shapes run eagerly "
                             "(tritonfuse.config.max_shape_specializations)", config.max_shape_specializations)
                 self.warned = True
             return self.gm.forward
-        compiled = self.compile_static(self.gm, list(args))
+        try:
+            compiled = self.compile_static(self.gm, list(args))
+        except Exception as error:  # never crash the user's model
+            from . import metrics
+            metrics.eager_graphs += 1
+            log.warning("tritonfuse: could not compile a dynamic-shape graph for concrete shapes (%s: %s); "
+                        "it runs eagerly", type(error).__name__, str(error).splitlines()[0] if str(error) else "",
+                        exc_info=log.isEnabledFor(logging.DEBUG))
+            self.eager = True
+            return self.gm.forward
         self.compiled[key] = compiled
         return compiled
