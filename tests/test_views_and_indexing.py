@@ -62,7 +62,11 @@ def test_outputs_that_are_views_of_one_value_share_its_memory(device):
         y = torch.exp(x) + 1
         return y.t(), y.view(-1), y[1:]
 
-    for fn in (base_then_view, view_then_base, two_views):
+    def views_of_a_transposed_value(x):   # the value's eager layout is not contiguous
+        y = x.permute(1, 0) * 2
+        return y[:, 0:2], y[:, 1:3]
+
+    for fn in (base_then_view, view_then_base, two_views, views_of_a_transposed_value):
         x = rand(6, 5, device=device)
         check(fn, x)
         with torch.no_grad():

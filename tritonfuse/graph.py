@@ -154,17 +154,28 @@ class GraphLowering(torch.fx.Interpreter):
 
     def _realize_shared_output_bases(self, results, metas):
         """Outputs that are views of one value share memory in eager (``y, y.t()``): realize
-        that value first, so that each view output is a strided view of its buffer rather
-        than a copy. An output that is the value itself fixes the buffer's layout."""
+        that value first, in eager's layout, so that each view output is a strided view of
+        its buffer rather than a copy. An output that is the value itself fixes the layout."""
         bases = [_view_base(value) for value in results]
+        shared = {id(b) for b in bases if b is not None and sum(b is other for other in bases) > 1}
         for value, meta, base in zip(results, metas, bases):
-            if base is None or base.is_realized() or sum(b is base for b in bases) < 2:
-                continue
-            if storage_of(value) is base:
+            if base is not None and id(base) in shared and not base.is_realized() and storage_of(value) is base:
                 self._realize_output(value, meta)
         for base in bases:
-            if base is not None and sum(b is base for b in bases) > 1:
-                base.realize()
+            if base is not None and id(base) in shared and not base.is_realized():
+                base.realize(self._eager_layout(base))
+
+    def _eager_layout(self, box):
+        """The layout eager gives the value ``box`` holds (from the FX node that made it),
+        when it is dense; else None (contiguous)."""
+        for node, value in self.lowered.items():
+            meta = node.meta.get("val")
+            if storage_of(value) is box and isinstance(meta, torch.Tensor) \
+                    and _is_dense(list(meta.shape), list(meta.stride())) \
+                    and [sym.to_int(s) for s in box.get_size()] == list(meta.shape):
+                return Layout(box.get_device(), box.get_dtype(), [sympy.Integer(s) for s in meta.shape],
+                              [sympy.Integer(s) for s in meta.stride()])
+        return None
 
     # ---- realization rules ----------------------------------------------------------
     def _maybe_realize_reused(self, value: TensorBox, users: int):
