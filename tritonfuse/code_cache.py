@@ -62,8 +62,12 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, extra=()) -> str:
               if isinstance(t, torch.Tensor) else repr(t) for t in example_inputs]
     devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
     knobs = {"cpu_backend": config.cpu_backend, "autotune": config.autotune}
-    if "cpu" in devices:   # C++ kernels are generated for the thread count of the moment
-        knobs["cpu_threads"] = torch.get_num_threads()
+    # C++ kernels are generated for the thread count of the moment (graphs with no CPU
+    # input may still make CPU tensors); split reductions for the GPU's SM count
+    knobs["cpu_threads"] = torch.get_num_threads()
+    if "cuda" in devices:
+        knobs["cuda_sms"] = [torch.cuda.get_device_properties(t.device).multi_processor_count
+                             for t in example_inputs if isinstance(t, torch.Tensor) and t.device.type == "cuda"][:1]
     payload = json.dumps([gm.code, inputs, knobs, _versions(), _code_fingerprints(devices), list(extra)],
                          sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()

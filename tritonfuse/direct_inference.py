@@ -22,8 +22,9 @@ log = logging.getLogger("tritonfuse")
 
 class InferenceShortcut:
     def __init__(self, gm: torch.fx.GraphModule, example_inputs):
-        self.example_inputs = list(example_inputs)
-        self.eligible_inputs = _plain_distinct_tensors(self.example_inputs) and _has_no_lifted_state(gm)
+        example_inputs = list(example_inputs)
+        self.num_inputs = len(example_inputs)
+        self.eligible_inputs = _plain_distinct_tensors(example_inputs) and _has_no_lifted_state(gm)
         self.grad_enabled = torch.is_grad_enabled()
         self.autocast = _any_autocast_enabled()
         self.compiled = None      # the inference graph's callable, when the shortcut applies
@@ -56,7 +57,7 @@ class InferenceShortcut:
         if self.autocast:
             return "autocast is enabled"
         placeholders = [n for n in aten_gm.graph.nodes if n.op == "placeholder"]
-        if len(placeholders) != len(self.example_inputs):
+        if len(placeholders) != self.num_inputs:
             return "aot_autograd changed the inputs"
         meta = _forward_metadata()
         if meta is None:

@@ -46,8 +46,9 @@ def num_splits(device: torch.device, reduction_type: str, x_numel: int, r_numel:
 def split_reduction(device, dtype, src_dtype, inner_fn, ranges, reduction_ranges, reduction_type, origins,
                     split: int, outer: bool) -> TensorBox:
     """The two-stage form of ``Reduction(inner_fn, ranges, reduction_ranges)``. Stage 1
-    keeps partials in the accumulation dtype; for an outer reduction the split is its
-    outermost dim, so stage 1 writes contiguous rows."""
+    keeps its partials in ``src_dtype``, the dtype the reduction accumulates in (callers
+    pass float32 for half inputs, int64 for integer sums); for an outer reduction the
+    split is its outermost dim, so stage 1 writes contiguous rows."""
     r_numel = sym.to_int(sym.product(reduction_ranges))
     chunk = -(-r_numel // split)
     exact = chunk * split == r_numel

@@ -108,9 +108,6 @@ class InterpretedTritonScheduling(TritonScheduling):
         return 8   # as for a small GPU: CI runs the split path through the interpreter
 
 
-
-
-
 @functools.lru_cache(None)
 def _multiprocessor_count_cached(index) -> int:
     import torch
