@@ -74,6 +74,14 @@ def test_cpu_allocation_fast_path():
     assert (t.shape, t.stride(), t.dtype, t.device.type) == ((3, 4), (1, 3), torch.bfloat16, "cpu")
 
 
+def test_reinterpret_tensor_offsets_are_relative_to_the_view():
+    from tritonfuse.runtime.wrapper_helpers import reinterpret_tensor
+    base = torch.arange(100.0)[10:]
+    view = reinterpret_tensor(base, (3, 4), (1, 3), 5)
+    assert (view.storage_offset(), view.stride()) == (15, (1, 3))
+    torch.testing.assert_close(view, torch.as_strided(base, (3, 4), (1, 3), 15))
+
+
 def _run_python(code, env_extra, cwd):
     env = dict(os.environ, **env_extra)
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,

@@ -10,9 +10,11 @@ except ImportError:  # an older or newer torch without it
         return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
 
 
-def reinterpret_tensor(tensor, size, stride, offset):
-    """``tensor`` seen through another strided layout; ``offset`` is relative to its data."""
-    return torch.as_strided(tensor, size, stride, tensor.storage_offset() + offset)
+try:   # ``tensor`` seen through another strided layout, ``offset`` relative to its data: ~0.6 us, not ~1.3
+    from torch._C._dynamo.guards import _reinterpret_tensor as reinterpret_tensor
+except ImportError:
+    def reinterpret_tensor(tensor, size, stride, offset):
+        return torch.as_strided(tensor, size, stride, tensor.storage_offset() + offset)
 
 
 def ensure_layout(tensor, size, stride):
