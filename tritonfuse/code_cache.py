@@ -15,6 +15,7 @@ import tempfile
 import torch
 
 from . import config
+from .codegen.registry import get_scheduling_class, split_reduction_target
 
 FORMAT_VERSION = 1
 
@@ -41,8 +42,6 @@ _fingerprints: dict[str, str] = {}
 def _code_fingerprints(device_types) -> list[str]:
     """Fingerprints of tritonfuse and of the package of each backend that will generate
     code for ``device_types`` (a backend registered from outside, like cpu_backend, too)."""
-    from .codegen.registry import get_scheduling_class
-
     roots = {os.path.dirname(os.path.abspath(__file__))}
     for device_type in sorted(device_types):
         try:
@@ -63,11 +62,10 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, extra=()) -> str:
     devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
     knobs = {"cpu_backend": config.cpu_backend, "autotune": config.autotune}
     # C++ kernels are generated for the thread count of the moment (graphs with no CPU
-    # input may still make CPU tensors); split reductions for the GPU's SM count
+    # input may still make CPU tensors); reductions are split for the device's size
     knobs["cpu_threads"] = torch.get_num_threads()
-    if "cuda" in devices:
-        knobs["cuda_sms"] = [torch.cuda.get_device_properties(t.device).multi_processor_count
-                             for t in example_inputs if isinstance(t, torch.Tensor) and t.device.type == "cuda"][:1]
+    knobs["split_targets"] = sorted({(str(t.device), split_reduction_target(t.device))
+                                     for t in example_inputs if isinstance(t, torch.Tensor)})
     payload = json.dumps([gm.code, inputs, knobs, _versions(), _code_fingerprints(devices), list(extra)],
                          sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()

@@ -102,7 +102,6 @@ def _direct_call(compiled, grad_enabled_at_compile: bool):
                 return compiled(list(args))
             finally:
                 torch._C._set_grad_enabled(True)
-    run_inference.compiled_graph = compiled
     return run_inference
 
 
