@@ -9,11 +9,11 @@ import sympy
 import torch
 
 from .. import sym
-from ..ir import Pointwise, Reduction, StorageBox, TensorBox, origins_of
+from ..ir import Pointwise, TensorBox, origins_of
 from ..virtualized import ops
 from .registry import SUPPORTED_DTYPES, Unsupported, aten, register_lowering
 from ..codegen.registry import two_pass_variance_max_row
-from .split_reduction import num_splits, split_reduction
+from .split_reduction import build_reduction
 from .views import view
 
 
@@ -80,22 +80,10 @@ def make_reduction(x: TensorBox, dims, keepdim, reduction_type, result_dtype, sr
             value = inner_fn(index, zeros)
             return value if src_dtype == result_dtype else ops.to_dtype(value, result_dtype)
         result = TensorBox.create(Pointwise(x.get_device(), result_dtype, single, ranges, origins=origins))
-        if keepdim:
-            result = view(result, [sympy.Integer(1) if d in dims else size[d] for d in range(ndim)])
-        return result
-    outer = dims != list(range(ndim - len(dims), ndim))   # not the trailing dims: read across rows
-    split = num_splits(x.get_device(), reduction_type, sym.to_int(sym.product(ranges)),
-                       sym.to_int(sym.product(reduction_ranges)), outer)
-    if split > 1:
-        result = split_reduction(x.get_device(), result_dtype, src_dtype, inner_fn, ranges, reduction_ranges,
-                                 reduction_type, origins, split, outer)
     else:
-        reduction = Reduction(x.get_device(), result_dtype, inner_fn, ranges, origins=origins,
-                              reduction_ranges=reduction_ranges, reduction_type=reduction_type,
-                              src_dtype=src_dtype)
-        box = StorageBox(reduction)
-        box.realize()
-        result = TensorBox(box)
+        outer = dims != list(range(ndim - len(dims), ndim))   # not the trailing dims: read across rows
+        result = build_reduction(x.get_device(), result_dtype, src_dtype, inner_fn, ranges, reduction_ranges,
+                                 reduction_type, origins, outer)
     if keepdim:
         result = view(result, [sympy.Integer(1) if d in dims else size[d] for d in range(ndim)])
     return result

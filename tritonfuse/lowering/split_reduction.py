@@ -43,7 +43,27 @@ def num_splits(device: torch.device, reduction_type: str, x_numel: int, r_numel:
     return want
 
 
-def split_reduction(device, dtype, src_dtype, inner_fn, ranges, reduction_ranges, reduction_type, origins,
+def build_reduction(device, dtype, src_dtype, inner_fn, ranges, reduction_ranges, reduction_type, origins,
+                    outer: bool) -> TensorBox:
+    """The realized reduction ``inner_fn`` over ``reduction_ranges`` for each index of
+    ``ranges``: one Reduction, or the two stages of a split one when ``num_splits`` asks."""
+    split = num_splits(device, reduction_type, sym.to_int(sym.product(ranges)),
+                       sym.to_int(sym.product(reduction_ranges)), outer)
+    if split > 1:
+        return _split_reduction(device, dtype, src_dtype, inner_fn, ranges, reduction_ranges, reduction_type,
+                                origins, split, outer)
+    return TensorBox(_realized(Reduction(device, dtype, inner_fn, list(ranges), origins=origins,
+                                         reduction_ranges=list(reduction_ranges), reduction_type=reduction_type,
+                                         src_dtype=src_dtype)))
+
+
+def _realized(reduction: Reduction) -> StorageBox:
+    box = StorageBox(reduction)
+    box.realize()
+    return box
+
+
+def _split_reduction(device, dtype, src_dtype, inner_fn, ranges, reduction_ranges, reduction_type, origins,
                     split: int, outer: bool) -> TensorBox:
     """The two-stage form of ``Reduction(inner_fn, ranges, reduction_ranges)``. Stage 1
     keeps its partials in ``src_dtype``, the dtype the reduction accumulates in (callers
@@ -65,16 +85,14 @@ def split_reduction(device, dtype, src_dtype, inner_fn, ranges, reduction_ranges
 
     split_size = sympy.Integer(split)
     partial_ranges = [split_size, *ranges] if outer else [*ranges, split_size]
-    partials = StorageBox(Reduction(device, src_dtype, partial_fn, partial_ranges, origins=origins,
-                                    reduction_ranges=[sympy.Integer(chunk)], reduction_type=reduction_type,
-                                    src_dtype=src_dtype))
-    partials.realize()
+    partials = _realized(Reduction(device, src_dtype, partial_fn, partial_ranges, origins=origins,
+                                   reduction_ranges=[sympy.Integer(chunk)], reduction_type=reduction_type,
+                                   src_dtype=src_dtype))
     load_partial = partials.make_loader()
 
     def combine_fn(index, rindex):
         return load_partial([rindex[0], *index] if outer else [*index, rindex[0]])
 
-    result = StorageBox(Reduction(device, dtype, combine_fn, list(ranges), origins=origins,
-                                  reduction_ranges=[split_size], reduction_type=reduction_type, src_dtype=src_dtype))
-    result.realize()
-    return TensorBox(result)
+    return TensorBox(_realized(Reduction(device, dtype, combine_fn, list(ranges), origins=origins,
+                                         reduction_ranges=[split_size], reduction_type=reduction_type,
+                                         src_dtype=src_dtype)))
