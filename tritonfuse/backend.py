@@ -7,6 +7,8 @@ are written back by aot_autograd's runtime wrapper, as eager would; an inference
 that needs none of that wrapper's work is called directly (``direct_inference``).
 
 A graph with symbolic sizes is compiled once per input shape it meets (specialize.py).
+Compiles that start at call time (those, and the backward graph aot_autograd compiles at
+the first backward) hold the process-wide compile lock (compile_lock.py).
 
 Never crash the user's model: if tritonfuse fails on a graph it logs why and runs that
 graph eagerly (aten), which is always correct.
@@ -18,6 +20,7 @@ import logging
 import torch
 
 from . import config  # noqa: F401  (the knobs live there)
+from .compile_lock import compiling
 from .direct_inference import InferenceShortcut
 from .specialize import ShapeSpecializer
 
@@ -39,7 +42,8 @@ def _compiler(kind):
         from .compile_fx import compile_graph
         graph_id = f"{kind}_{next(_graph_counter)}"
         try:
-            return compile_graph(gm, example_inputs, graph_id)
+            with compiling():
+                return compile_graph(gm, example_inputs, graph_id)
         except Exception as error:  # never crash the user's model
             from . import metrics
             metrics.eager_graphs += 1

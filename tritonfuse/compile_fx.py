@@ -6,6 +6,7 @@
                buffer frees -> the wrapper
     load       write the module (cached on disk by graph key) and import it
 """
+import contextlib
 import json
 import logging
 import os
@@ -22,8 +23,26 @@ from .scheduler import FallbackNode, Scheduler
 
 log = logging.getLogger("tritonfuse")
 
-# the last compiled modules' sources, for tritonfuse.testing.run_and_get_code
-recent_sources = []
+# Lists collecting the sources of the graphs compiled (or loaded) while they are open, for
+# tritonfuse.testing.run_and_get_code; nothing is kept when nobody listens.
+_source_listeners = []
+
+
+@contextlib.contextmanager
+def capture_sources():
+    """Yields a list that receives ``[wrapper, kernel, ...]`` for every graph compiled or
+    loaded from the cache, in any thread, until the block ends."""
+    captured = []
+    _source_listeners.append(captured)
+    try:
+        yield captured
+    finally:
+        _source_listeners.remove(captured)
+
+
+def _record_sources(sources) -> None:
+    for captured in list(_source_listeners):
+        captured.append(sources)
 
 
 class CompiledGraph:
@@ -81,7 +100,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, graph_id="graph") ->
         with os.fdopen(fd, "w") as handle:
             handle.write(source)
     module = code_cache.load_module(path, {"CONSTANTS": graph.constants} if graph.constants else None)
-    recent_sources.append([source] + kernel_sources)
+    _record_sources([source] + kernel_sources)
     _debug_dump(graph_id, source, kernel_sources, kernel_names)
     log.debug("tritonfuse: compiled %s in %.2fs (%d kernels)", graph_id, time.perf_counter() - started,
               len(kernel_names))
@@ -148,7 +167,7 @@ def _load_cached(key, gm):
     metrics.cached_kernels.extend(meta.get("kernels", []))
     metrics.fallbacks.update(meta.get("fallbacks", {}))
     with open(path) as handle:
-        recent_sources.append([handle.read()])
+        _record_sources([handle.read()])
     return CompiledGraph(module, path, gm.forward)
 
 

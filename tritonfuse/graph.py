@@ -6,6 +6,7 @@ reason and recorded in ``tritonfuse.metrics.fallbacks``.
 """
 import logging
 import operator
+import threading
 
 import sympy
 import torch
@@ -25,12 +26,15 @@ from .patterns import match_online_softmax_sum
 log = logging.getLogger("tritonfuse")
 aten = torch.ops.aten
 _logged_fallbacks = set()
-_current = None
+# The graph each thread is lowering (compiles are serialized by compile_lock.py; a
+# thread-local keeps one thread's lowering from ever registering into another's graph).
+_lowering = threading.local()
 
 
 def current_graph() -> "GraphLowering":
-    assert _current is not None, "no graph is being lowered"
-    return _current
+    graph = getattr(_lowering, "graph", None)
+    assert graph is not None, "no graph is being lowered"
+    return graph
 
 
 class GraphLowering(torch.fx.Interpreter):
@@ -64,12 +68,11 @@ class GraphLowering(torch.fx.Interpreter):
 
     # ---- fx.Interpreter hooks -------------------------------------------------------
     def run(self, *args):
-        global _current
-        previous, _current = _current, self
+        previous, _lowering.graph = getattr(_lowering, "graph", None), self
         try:
             return super().run(*args)
         finally:
-            _current = previous
+            _lowering.graph = previous
 
     def placeholder(self, target, args, kwargs):
         example = self.example_inputs[self._placeholder_index]

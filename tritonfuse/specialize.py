@@ -8,12 +8,18 @@ needed), then reuses that compile whenever those shapes come back. Past
 ``config.max_shape_specializations`` shapes, new ones run the graph eagerly (logged once).
 A graph that cannot be traced for concrete shapes at all (a Python float argument that
 Dynamo passes as a tensor and reads with ``.item()``) runs eagerly from then on (logged).
+
+These compiles happen at call time, inside a running compiled frame and possibly in many
+threads at once: each runs under the process-wide compile lock (compile_lock.py), and a
+shape is compiled once however many threads meet it together. Calls with shapes already
+compiled take no lock.
 """
 import logging
 
 import torch
 
 from . import config
+from .compile_lock import compiling
 
 log = logging.getLogger("tritonfuse")
 
@@ -46,6 +52,13 @@ class ShapeSpecializer:
         return compiled(*args)
 
     def _compile(self, key, args):
+        with compiling():
+            compiled = self.compiled.get(key)   # another thread may have compiled it meanwhile
+            if compiled is None:
+                compiled = self._compile_locked(key, args)
+            return compiled
+
+    def _compile_locked(self, key, args):
         if self.eager:
             return self.gm.forward
         if len(self.compiled) >= config.max_shape_specializations:
