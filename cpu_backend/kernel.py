@@ -38,7 +38,7 @@ from .common import (
 )
 from .loop_nest import CppLoopNest
 from .outer_reduction import CppOuterReductions
-from .overrides import CPP_OPS, cpp_op, cpp_result_dtype
+from .overrides import CPP_CHECKED_DIVISION, CPP_OPS, cpp_op, cpp_result_dtype, is_integer
 from .reductions import CppReductions
 
 class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
@@ -81,6 +81,7 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
         self.acc_counter = 0
         self.plan = None
         self.node_kind = None
+        self.checks_division = False   # an integer division: the kernel returns zero_division
 
     # ---- analysis ---------------------------------------------------------------------
     def _choose_vector_axis(self, layouts):
@@ -118,6 +119,10 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
 
     # ---- driving ----------------------------------------------------------------------
     def generate(self) -> str:
+        source = self._generate_function()
+        return _returning_zero_division(source, self.name) if self.checks_division else source
+
+    def _generate_function(self) -> str:
         if self._rows_outer_reduction():
             return self._generate_rows_outer_reduction()
         if self._split_full_reduction():
@@ -405,8 +410,10 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
             raise AttributeError(f"the C++ backend has no op {name!r}")
 
         def emit(*operands):
-            template = cpp_op(name, operands[0].dtype)
+            if name in CPP_CHECKED_DIVISION and is_integer(operands[0].dtype):
+                return self._checked_division(name, operands)
             vec = any(o.vec for o in operands)
+            template = cpp_op(name, operands[0].dtype, vec)
             if (name == "truediv" and vec and not operands[1].vec and operands[1].dtype.is_floating_point
                     and operands[0].dtype == operands[1].dtype):
                 # a vector divided by a row-wise scalar (softmax, norms): multiply by the
@@ -420,5 +427,31 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
             dtype = cpp_result_dtype(name, operands)
             return self._emit(template.format(*texts), dtype, vec)
         return emit
+
+    def _checked_division(self, name, operands) -> CppVar:
+        """Integer / or %: a zero divisor in a lane that holds an element (not a tail lane,
+        not masked off) sets the kernel's zero_division flag."""
+        self.checks_division = True
+        mask = self._mask()
+        vec = any(o.vec for o in operands) or (mask is not None and mask.vec)
+        if vec:
+            active = "tf::active_lanes<TAIL>(count)"
+            if mask is not None:
+                active = f"({active} & {self._vec_if(mask, True)})"
+        else:
+            active = str(mask) if mask is not None else "true"
+        texts = [self._vec_if(o, vec) for o in operands]
+        return self._emit(CPP_CHECKED_DIVISION[name].format(*texts, active=active), operands[0].dtype, vec)
+
+
+def _returning_zero_division(source: str, name: str) -> str:
+    """``extern "C" void name(...) {body}`` -> ``extern "C" int name(...)`` that declares the
+    zero_division flag its integer divisions set, and returns it."""
+    head, newline, rest = source.partition("\n")
+    assert head.startswith(f'extern "C" void {name}(') and rest.rstrip().endswith("}"), head
+    head = head.replace(f'extern "C" void {name}(', f'extern "C" int {name}(', 1)
+    body = rest.rstrip()[:-1]
+    return (f"{head}\n    int zero_division = 0;   // set by an integer division by zero\n"
+            f"{body}    return zero_division;\n}}\n")
 
 

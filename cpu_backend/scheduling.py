@@ -29,7 +29,7 @@ class CppScheduling(BackendScheduling):
 
     def __init__(self, scheduler, wrapper, graph):
         super().__init__(scheduler, wrapper, graph)
-        self.kernels = []   # (name, source, number of pointer args)
+        self.kernels = []   # (name, source, number of pointer args, returns zero_division)
         self.library = None
 
     # ---- fusion rules -----------------------------------------------------------------
@@ -65,20 +65,27 @@ class CppScheduling(BackendScheduling):
             if loops > 1:
                 metrics.outer_loop_fusions.append(metrics.OuterLoopFusion(loops, len(kernel.local_buffers)))
         call_args = kernel.args.call_order()
-        self.kernels.append((name, source, len(call_args)))
+        self.kernels.append((name, source, len(call_args), kernel.checks_division))
         self.wrapper.add_kernel_source(source)
         self.wrapper.allocate_outputs(group, kernel.internal)
         pointers = ", ".join(f"{buffer}.data_ptr()" for _, buffer in call_args)
-        self.wrapper.writeline(f"{name}({pointers})")
+        if kernel.checks_division:   # it returns whether an integer division met a zero divisor
+            self.wrapper.writeline(f"if {name}({pointers}):")
+            self.wrapper.writeline("    raise_integer_division_by_zero()")
+        else:
+            self.wrapper.writeline(f"{name}({pointers})")
         metrics.record_kernel(name)
 
     def flush(self) -> None:
         if not self.kernels:
             return
-        source = HEADER + "\n" + "\n".join(src for _, src, _ in self.kernels)
+        source = HEADER + "\n" + "\n".join(src for _, src, _, _ in self.kernels)
         lines = ["from cpu_backend.build import KernelCallable, load_kernel_library",
                  "cpp_library = load_kernel_library('''" + source.replace("\\", "\\\\") + "''')"]
-        for name, _, nargs in self.kernels:
-            lines.append(f"{name} = KernelCallable(cpp_library, {name!r}, {nargs})")
+        if any(checks for _, _, _, checks in self.kernels):
+            lines.append("from tritonfuse.runtime.integer_errors import raise_integer_division_by_zero")
+        for name, _, nargs, checks in self.kernels:
+            returns = ", returns_int=True" if checks else ""
+            lines.append(f"{name} = KernelCallable(cpp_library, {name!r}, {nargs}{returns})")
         self.wrapper.define_raw("\n".join(lines) + "\n")
 

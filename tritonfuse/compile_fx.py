@@ -19,6 +19,7 @@ from . import code_cache, config, metrics
 from .codegen.registry import get_scheduling_class
 from .codegen.wrapper import WrapperCodeGen
 from .graph import GraphLowering
+from .runtime.integer_errors import IntegerDivisionByZero
 from .scheduler import FallbackNode, Scheduler
 
 log = logging.getLogger("tritonfuse")
@@ -65,6 +66,8 @@ class CompiledGraph:
         saved = list(args)
         try:
             result = list(self.call(args))
+        except IntegerDivisionByZero:   # eager's own error for these inputs, not a compiler bug
+            raise
         except Exception as error:
             if self.eager_fn is None:
                 raise

@@ -24,7 +24,7 @@ from ...ops_table import reduction_identity
 from ...virtualized import set_ops_handler
 from ..common import CSE, CSEVariable, IndentedBuffer, IndexPrinter, KernelArgs
 from ..loops import Segment, buffers_crossing_loops, plan_segments
-from .overrides import TRITON_TYPES
+from .overrides import TRITON_INTEGER_DIVISION, TRITON_TYPES
 
 INT32_MAX = 2**31 - 1
 
@@ -72,7 +72,7 @@ class _Segment:
 
 
 class TritonKernel:
-    def __init__(self, group, internal, graph, ops_table, configs, kind, numels=None):
+    def __init__(self, group, internal, graph, ops_table, configs, kind, numels=None, report_zero_division=False):
         self.group = group
         self.graph = graph
         self.ops_table = ops_table
@@ -99,6 +99,10 @@ class TritonKernel:
         else:
             self.needs_rmask = self.has_r and any(self.r_numel % b["RBLOCK"] for b in blocks)
         self.use_int64 = self._needs_int64()
+        # CPU tensors (the interpreter): integer divisions flag a zero divisor in
+        # zero_division_ptr, and the wrapper raises eager's error (CUDA eager raises none)
+        self.report_zero_division = report_zero_division
+        self.checks_division = False
         # per-node state
         self.plan = None
         self.node_kind = None
@@ -329,10 +333,27 @@ class TritonKernel:
 
         def emit(*operands):
             dtype = _result_dtype(name, operands)
-            text = template.format(*[str(o) for o in operands])
+            chosen = template
             over_r = any(getattr(o, "over_r", False) for o in operands)
+            if (name in TRITON_INTEGER_DIVISION and _is_integer(operands[0].dtype)
+                    and not isinstance(operands[1], Constant)):
+                chosen = TRITON_INTEGER_DIVISION[name]
+                if self.report_zero_division:
+                    self._flag_zero_divisor(operands[1], over_r)
+            text = chosen.format(*[str(o) for o in operands])
             return self.cse.generate(self.out, text, dtype, over_r=over_r)
         return emit
+
+    def _flag_zero_divisor(self, divisor, over_r):
+        """Set zero_division_ptr[0] when a lane that holds an element divides by zero."""
+        self.checks_division = True
+        parts = [f"({divisor} == 0)"] + ["ymask"] * self.needs_ymask + ["xmask"] * self.needs_xmask
+        parts += ["rmask"] * (self.needs_rmask and over_r) + self.mask_stack
+        condition = " & ".join(parts)
+        if condition in self.cse.cache:   # flagged already (x // y and x % y share a divisor)
+            return
+        zero = self.cse.generate(self.out, condition, torch.bool, over_r=over_r)
+        self.out.writeline(f"tl.store(zero_division_ptr + tl.zeros({zero}.shape, tl.int32), 1, {zero})")
 
     # ---- ops: reductions --------------------------------------------------------------
     def reduction(self, dtype, src_dtype, reduction_type, value):
@@ -484,6 +505,10 @@ def _cast_python(value, dtype):
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         raise ValueError("non-finite value cast to an integer dtype")
     return int(value)
+
+
+def _is_integer(dtype) -> bool:
+    return not dtype.is_floating_point and dtype != torch.bool
 
 
 def _result_dtype(op_name, operands):

@@ -74,3 +74,14 @@ INTERPRETER_OPS = dict(
     round="tf_helpers.nearbyint({0})",
     pow="tf_helpers.pow({0}, {1})",
 )
+
+
+# ---- integers -------------------------------------------------------------------------
+# Integer division by a divisor that is not a literal goes through helpers that keep off
+# LLVM's undefined cases (a zero divisor, INT_MIN // -1); see runtime/triton_helpers.py.
+# Signed arithmetic wraps: Triton emits LLVM add/sub/mul without nsw, and the interpreter
+# computes in numpy, which wraps.
+TRITON_INTEGER_DIVISION = {
+    "truncdiv": "tf_helpers.div_trunc({0}, {1})",
+    "mod": "tf_helpers.mod_trunc({0}, {1})",
+}

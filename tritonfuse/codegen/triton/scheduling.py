@@ -27,6 +27,8 @@ class TritonScheduling(BackendScheduling):
     ops_table = TRITON_OPS
     use_libdevice = True
     launcher_device = "cuda"
+    reports_zero_division = False   # as eager on CUDA: an integer division by zero raises nothing
+    imports_zero_division = False   # the wrapper imports raise_integer_division_by_zero
 
     @staticmethod
     def split_reduction_target(device) -> int:
@@ -44,7 +46,8 @@ class TritonScheduling(BackendScheduling):
         kind, numels = self._kind(group, hint)
         configs = candidate_configs(kind, numels, config.autotune, hint=hint)
         internal = self.scheduler.internal_buffers(group)
-        kernel = TritonKernel(group, internal, self.graph, self.ops_table, configs, kind, numels)
+        kernel = TritonKernel(group, internal, self.graph, self.ops_table, configs, kind, numels,
+                              report_zero_division=self.reports_zero_division)
         kernel.generate()
         prefix = {"pointwise": "triton_poi", "pointwise_2d": "triton_poi_tiled", "persistent_reduction": "triton_per",
                   "reduction": "triton_red"}[kind]
@@ -52,7 +55,8 @@ class TritonScheduling(BackendScheduling):
         call_args = kernel.args.call_order()
         numel_names = {"pointwise": ["xnumel"], "pointwise_2d": ["ynumel", "xnumel"]}.get(kind, ["xnumel", "rnumel"])
         block_names = {"pointwise": ["XBLOCK"], "pointwise_2d": ["YBLOCK", "XBLOCK"]}.get(kind, ["XBLOCK", "RBLOCK"])
-        signature = [param for param, _ in call_args] + numel_names + [f"{b}: tl.constexpr" for b in block_names]
+        flag = ["zero_division_ptr"] if kernel.checks_division else []
+        signature = [param for param, _ in call_args] + flag + numel_names + [f"{b}: tl.constexpr" for b in block_names]
         source = _templates.get_template("kernel.py.j2").render(
             name=name, kind=kind, signature=", ".join(signature), x_numel=group.x_numel, r_numel=group.r_numel,
             origins=", ".join(group.origins), int64=kernel.use_int64, needs_xmask=kernel.needs_xmask,
@@ -61,13 +65,25 @@ class TritonScheduling(BackendScheduling):
             body=kernel.body_lines().getvalue().rstrip(),
         )
         n_inputs = len(kernel.args.inputs)
-        mutated = list(range(n_inputs, n_inputs + len(kernel.args.outputs)))
+        mutated = list(range(n_inputs, n_inputs + len(kernel.args.outputs) + len(flag)))
         self.wrapper.define_triton_kernel(name, source, kind, numels, configs, mutated, self.launcher_device, hint)
         buffers = [buffer for _, buffer in call_args]
         self.wrapper.allocate_outputs(group, internal)
         numel_args = [str(numels[n[0]]) for n in numel_names]
-        self.wrapper.writeline(f"{name}.run({', '.join(buffers + numel_args)})")
+        if kernel.checks_division:
+            self._call_reporting_zero_division(name, buffers, numel_args)
+        else:
+            self.wrapper.writeline(f"{name}.run({', '.join(buffers + numel_args)})")
         metrics.record_kernel(name)
+
+    def _call_reporting_zero_division(self, name, buffers, numel_args):
+        if not self.imports_zero_division:
+            self.wrapper.define_raw("from tritonfuse.runtime.integer_errors import raise_integer_division_by_zero\n")
+            self.imports_zero_division = True
+        self.wrapper.writeline("zero_division = torch.zeros(1, dtype=torch.int32)")
+        self.wrapper.writeline(f"{name}.run({', '.join(buffers + ['zero_division'] + numel_args)})")
+        self.wrapper.writeline("if zero_division.item():")
+        self.wrapper.writeline("    raise_integer_division_by_zero()")
 
     @staticmethod
     def _kind(group, hint=None):
@@ -102,6 +118,7 @@ class InterpretedTritonScheduling(TritonScheduling):
     ops_table = INTERPRETER_OPS
     use_libdevice = False
     launcher_device = "cpu"
+    reports_zero_division = True    # CPU tensors: eager raises for an integer division by zero
 
     @staticmethod
     def split_reduction_target(device) -> int:
