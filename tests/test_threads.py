@@ -5,6 +5,7 @@ threads that meet new shapes compile inside running compiled frames while other 
 run warm compiled functions. Every call must give eager's answer, nothing may run
 eagerly, and no tracing state may leak out (a later torch.compile must still work)."""
 import threading
+import time
 
 import pytest
 import torch
@@ -59,19 +60,19 @@ def test_threads_compile_new_shapes_while_warm_functions_run(device, requires_gr
     def call_warm_until_stopped():
         while not stop.is_set():
             assert_same(warm(a), _warm(a))
+            time.sleep(0.001)    # often enough to meet every trace, leaving the CPU to compiles
 
     def call_new_shapes(i):
         try:
-            for step in range(2):
-                x = rand(9 + i + 4 * step, 32, device=device).requires_grad_(requires_grad)
-                y = rand(9 + i + 4 * step, 32, device=device)
-                actual = new_shape(x, y)
-                assert_same(actual, _softmax_mix(x, y))
-                if requires_grad:
-                    (grad,) = torch.autograd.grad(actual.sum(), x)
-                    (expected,) = torch.autograd.grad(_softmax_mix(x, y).sum(), x)
-                    assert_same(grad, expected)
-                assert_same(warm(a), _warm(a))
+            x = rand(9 + i, 32, device=device).requires_grad_(requires_grad)
+            y = rand(9 + i, 32, device=device)
+            actual = new_shape(x, y)
+            assert_same(actual, _softmax_mix(x, y))
+            if requires_grad:
+                (grad,) = torch.autograd.grad(actual.sum(), x)
+                (expected,) = torch.autograd.grad(_softmax_mix(x, y).sum(), x)
+                assert_same(grad, expected)
+            assert_same(warm(a), _warm(a))
         finally:
             if i == 0:
                 stop.set()
@@ -124,3 +125,19 @@ def test_a_failing_call_time_compile_leaks_no_tracing_state(device):
     assert not torch.compiler.is_compiling()
     tritonfuse.metrics.reset()      # the graph that could not be specialized counted as eager
     check(lambda t: torch.cos(t) + 1, rand(5, 7, device=device))
+
+
+def test_threads_make_the_first_call_together(device):
+    # Dynamo's compile, then each kernel's first launch (C++ load, Triton load and config
+    # choice) happen while other threads wait for them or call in
+    compiled = torch.compile(_softmax_mix, backend="tritonfuse")
+    inputs = [(rand(8, 16, device=device), rand(8, 16, device=device)) for _ in range(4)]
+
+    def call(i):
+        for _ in range(2):
+            assert_same(compiled(*inputs[i]), _softmax_mix(*inputs[i]))
+
+    errors = _run_in_threads(4, call)
+    assert not errors, errors[0]
+    assert tritonfuse.metrics.eager_graphs == 0
+    assert not _is_fx_tracing()

@@ -73,7 +73,7 @@ class CompiledGraph:
                 raise
             log.warning("tritonfuse: generated code %s failed on its first call (%s: %s); running the graph "
                         "eagerly", self.path, type(error).__name__, error)
-            metrics.eager_graphs += 1
+            metrics.add("eager_graphs")
             self.call = lambda inputs: self.eager_fn(*inputs)
             result = list(self.call(saved))
         self.first_call = False

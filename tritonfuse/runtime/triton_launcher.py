@@ -32,6 +32,12 @@ log = logging.getLogger("tritonfuse.autotune")
 _modules_lock = threading.Lock()
 _loaded_kernels: dict[tuple[str, str], Any] = {}   # (source sha, name) -> JIT function
 
+# First runs (load, Triton compile, config choice, benchmarks) take turns, process-wide:
+# candidates benchmarked by two threads at once on one GPU time each other, not themselves
+# (and those timings are stored), and Triton's compiler parses Python ASTs, whose C-level
+# state CPython shares between threads. Later runs take no lock.
+_first_runs = threading.RLock()
+
 
 # --- loading ------------------------------------------------------------------------------
 
@@ -203,7 +209,6 @@ class TritonLauncher:
         self._candidates: list[Config] | None = None
         self.chosen_config: Config | None = None
         self.timings_ms: dict[str, float] | None = None
-        self._lock = threading.Lock()
         self._fn = None              # JITFunction, or InterpretedFunction for the interpreter
         self._interpreted = False
 
@@ -248,10 +253,12 @@ class TritonLauncher:
 
     def run(self, *args: Any) -> None:
         """Launch the kernel on `args` (tensors, then numels as ints, as in its signature)."""
-        with self._lock:
-            if "run" in self.__dict__:   # another thread finished the first run meanwhile
-                return self.__dict__["run"](*args)
-            self._first_run(args)
+        with _first_runs:
+            launch = self.__dict__.get("run")   # another thread's first run may have bound it
+            if launch is None:
+                self._first_run(args)
+                return None
+        return launch(*args)
 
     def _load(self) -> None:
         fn = load_kernel(self.name, self.source, tf_config.cache_dir)
