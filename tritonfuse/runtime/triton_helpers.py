@@ -237,3 +237,26 @@ def div_trunc(a, b):
 def mod_trunc(a, b):
     r = a % _safe_divisor(b)
     return tl.where(b == 0, 0, r)
+
+
+# ---- shifts: eager's values for amounts outside [0, bits) ------------------------------
+# (LLVM's shl/ashr/lshr give poison there.) a << b is 0; a >> b fills with the sign bit
+# for signed a and is 0 for unsigned a.
+
+@triton.jit
+def _shift_out_of_range(b):
+    return (b < 0) | (b >= b.dtype.primitive_bitwidth)
+
+
+@triton.jit
+def shift_left(a, b):
+    out_of_range = _shift_out_of_range(b)
+    return tl.where(out_of_range, 0, a << tl.where(out_of_range, 0, b))
+
+
+@triton.jit
+def shift_right(a, b):
+    out_of_range = _shift_out_of_range(b)
+    if b.dtype.is_int_signed():
+        return a >> tl.where(out_of_range, b.dtype.primitive_bitwidth - 1, b)
+    return tl.where(out_of_range, 0, a >> tl.where(out_of_range, 0, b))

@@ -24,7 +24,7 @@ from ...ops_table import reduction_identity
 from ...virtualized import set_ops_handler
 from ..common import CSE, CSEVariable, IndentedBuffer, IndexPrinter, KernelArgs
 from ..loops import Segment, buffers_crossing_loops, plan_segments
-from .overrides import TRITON_INTEGER_DIVISION, TRITON_TYPES
+from .overrides import TRITON_INTEGER_DIVISION, TRITON_INTEGER_SHIFTS, TRITON_TYPES, shift_by_constant
 
 INT32_MAX = 2**31 - 1
 
@@ -333,16 +333,26 @@ class TritonKernel:
 
         def emit(*operands):
             dtype = _result_dtype(name, operands)
-            chosen = template
             over_r = any(getattr(o, "over_r", False) for o in operands)
-            if (name in TRITON_INTEGER_DIVISION and _is_integer(operands[0].dtype)
-                    and not isinstance(operands[1], Constant)):
-                chosen = TRITON_INTEGER_DIVISION[name]
-                if self.report_zero_division:
-                    self._flag_zero_divisor(operands[1], over_r)
+            chosen = template
+            if _is_integer(operands[0].dtype):
+                chosen = self._integer_template(name, operands, over_r) or template
             text = chosen.format(*[str(o) for o in operands])
             return self.cse.generate(self.out, text, dtype, over_r=over_r)
         return emit
+
+    def _integer_template(self, name, operands, over_r) -> Optional[str]:
+        """Integer division and shifts with eager's semantics (overrides.py), or None."""
+        right = operands[1] if len(operands) > 1 else None
+        if name in TRITON_INTEGER_SHIFTS:
+            if isinstance(right, Constant):
+                return shift_by_constant(name, operands[0].dtype, int(right.value))
+            return TRITON_INTEGER_SHIFTS[name]
+        if name in TRITON_INTEGER_DIVISION and not isinstance(right, Constant):
+            if self.report_zero_division:
+                self._flag_zero_divisor(right, over_r)
+            return TRITON_INTEGER_DIVISION[name]
+        return None
 
     def _flag_zero_divisor(self, divisor, over_r):
         """Set zero_division_ptr[0] when a lane that holds an element divides by zero."""
