@@ -15,7 +15,8 @@ from . import metrics, sym
 from .config import realize_loads_threshold, realize_reads_threshold
 from .ir import (
     Buffer, ComputedBuffer, FallbackKernel, FallbackOutput, GenericView, InputBuffer, Layout, Pointwise,
-    ReinterpretView, StorageBox, TensorBox, as_strided_buffer, storage_of, strided_layout_of,
+    ReinterpretView, StorageBox, TensorBox, as_strided_buffer, realize_with_strides, same_strides, storage_of,
+    strided_layout_of,
 )
 from .codegen.registry import prefers_materialized_reuse, prefers_online_softmax
 from .lowering import Unsupported, lowerings
@@ -192,56 +193,91 @@ class GraphLowering(torch.fx.Interpreter):
             box.realize()
 
     def _realize_output(self, value, meta):
+        """A graph output in eager's layout (exactly its strides, expanded dims too: the
+        next graph, e.g. the backward reading a saved tensor, was traced with them)."""
         if value is None or not isinstance(value, TensorBox):
             return value
-        want_stride = list(meta.stride()) if isinstance(meta, torch.Tensor) else None
+        want = (list(meta.shape), list(meta.stride())) if isinstance(meta, torch.Tensor) else None
         box = storage_of(value)
         if box is not None and not box.is_realized():
-            layout = None
-            if want_stride is not None and _is_dense(list(meta.shape), want_stride):
-                layout = Layout(value.get_device(), value.get_dtype(), [sympy.Integer(s) for s in meta.shape],
-                                [sympy.Integer(s) for s in want_stride])
-            return box.realize(layout)
+            found = realize_with_strides(value, *want) if want is not None else None
+            return found if found is not None else box.realize()
         base = _view_base(value)
         if isinstance(value.data, GenericView) and base is not None and base.is_realized():
             found = value.data.realize_strided()   # a view of a realized buffer: keep it a view
             if found is not None:
                 value = TensorBox(ReinterpretView(*found))
         layout = strided_layout_of(value)
-        if layout is not None and (want_stride is None or list(layout.int_stride()) == want_stride
-                                   or sym.to_int(layout.numel()) <= 1):
+        if layout is not None and (want is None or same_strides(layout, *want) or sym.to_int(layout.numel()) <= 1):
             return as_strided_buffer(value)
         # a view with other strides than eager's: copy it into eager's layout
-        target = Layout(value.get_device(), value.get_dtype(), [sympy.Integer(s) for s in meta.shape],
-                        [sympy.Integer(s) for s in want_stride])
-        if not _is_dense(list(meta.shape), want_stride):
-            target = Layout.contiguous(value.get_device(), value.get_dtype(), meta.shape)
+        found = realize_with_strides(value, *want)
+        if found is not None:
+            return found
         copy = StorageBox(Pointwise(value.get_device(), value.get_dtype(), value.make_loader(),
                                     list(value.get_size()), origins=("clone",)))
-        return copy.realize(target)
+        return copy.realize()
 
     # ---- fallbacks ------------------------------------------------------------------
     def make_fallback(self, target, args, kwargs, reason):
+        """Run ``target`` as an aten call inside the compiled graph.
+
+        Many aten ops (SDPA for the CPU, convolutions, ...) give outputs whose strides
+        follow their inputs'. The graph recorded eager's strides for every value, so a
+        fallback must either get its inputs in eager's layout or have its outputs read
+        with the strides its actual inputs produce. Values not yet materialized are
+        realized in eager's layout (free); a value already held in another layout is
+        passed as it is and the op's output layouts come from running it on fake tensors
+        of those layouts; if that cannot be done, the value is copied into eager's layout."""
         op_name = str(target)
         if op_name not in _logged_fallbacks:
             _logged_fallbacks.add(op_name)
             log.info("tritonfuse: %s runs as an aten fallback (%s)", op_name, reason)
         metrics.fallbacks[op_name] = reason
-
-        def to_ir(value):
-            if isinstance(value, TensorBox):
-                return as_strided_buffer(value)
-            if isinstance(value, (list, tuple)):
-                return type(value)(to_ir(v) for v in value)
-            return value
-
-        kernel = FallbackKernel(name=f"fallback{len(self.fallback_kernels)}", op=target,
-                                args=to_ir(tuple(args)), kwargs={k: to_ir(v) for k, v in kwargs.items()},
-                                reason=reason)
+        node = self.current_node
+        fx_kwargs = node.kwargs
+        ir_args = self._fallback_inputs(args, node.args, exact=False)
+        ir_kwargs = {k: self._fallback_inputs(v, fx_kwargs.get(k), exact=False) for k, v in kwargs.items()}
+        meta = node.meta.get("val")
+        if _layouts_differ((ir_args, ir_kwargs), (node.args, fx_kwargs)):
+            outputs = _fake_outputs(target, ir_args, ir_kwargs, node)
+            if outputs is not None:
+                meta = outputs
+            else:
+                ir_args = self._fallback_inputs(args, node.args, exact=True)
+                ir_kwargs = {k: self._fallback_inputs(v, fx_kwargs.get(k), exact=True) for k, v in kwargs.items()}
+        kernel = FallbackKernel(name=f"fallback{len(self.fallback_kernels)}", op=target, args=tuple(ir_args),
+                                kwargs=ir_kwargs, reason=reason)
         self.fallback_kernels.append(kernel)
         self.operations.append(kernel)
-        meta = self.current_node.meta.get("val")
         return self._fallback_outputs(kernel, meta, ())
+
+    def _fallback_inputs(self, value, fx_value, exact):
+        """IR buffers / strided views for a fallback's arguments (``fx_value``: the same
+        argument in the FX graph, whose meta holds eager's layout). ``exact``: copy values
+        held in another layout into eager's."""
+        if isinstance(value, (list, tuple)):
+            fx_items = fx_value if isinstance(fx_value, (list, tuple)) and len(fx_value) == len(value) \
+                else [None] * len(value)
+            return type(value)(self._fallback_inputs(v, f, exact) for v, f in zip(value, fx_items))
+        if not isinstance(value, TensorBox):
+            return value
+        meta = _meta_tensor(fx_value)
+        box = storage_of(value)
+        if meta is not None and box is not None and not box.is_realized():
+            found = realize_with_strides(value, meta.shape, meta.stride())   # eager's layout, at no cost
+            if found is not None:
+                return found
+        base = _view_base(value)
+        if base is not None and base is not box and not base.is_realized():
+            base.realize(self._eager_layout(base))
+        found = as_strided_buffer(value)
+        if exact and meta is not None and not same_strides(found.layout, meta.shape, meta.stride()):
+            copy = realize_with_strides(TensorBox(found if isinstance(found, ReinterpretView) else StorageBox(found)),
+                                        meta.shape, meta.stride())
+            if copy is not None:
+                return copy
+        return found
 
     def _fallback_outputs(self, kernel, meta, path):
         if isinstance(meta, torch.Tensor):
@@ -254,6 +290,53 @@ class GraphLowering(torch.fx.Interpreter):
         if isinstance(meta, (list, tuple)):
             return type(meta)(self._fallback_outputs(kernel, m, path + (i,)) for i, m in enumerate(meta))
         return meta
+
+
+def _meta_tensor(fx_value):
+    meta = fx_value.meta.get("val") if isinstance(fx_value, torch.fx.Node) else None
+    return meta if isinstance(meta, torch.Tensor) else None
+
+
+def _layouts_differ(ir_values, fx_values) -> bool:
+    """Whether any IR argument of a fallback is held in other strides than eager's."""
+    if isinstance(ir_values, dict):
+        return any(_layouts_differ(v, fx_values.get(k) if isinstance(fx_values, dict) else None)
+                   for k, v in ir_values.items())
+    if isinstance(ir_values, (list, tuple)):
+        fx_items = fx_values if isinstance(fx_values, (list, tuple)) and len(fx_values) == len(ir_values) \
+            else [None] * len(ir_values)
+        return any(_layouts_differ(v, f) for v, f in zip(ir_values, fx_items))
+    if isinstance(ir_values, (Buffer, ReinterpretView)):
+        meta = _meta_tensor(fx_values)
+        return meta is None or not same_strides(ir_values.layout, meta.shape, meta.stride())
+    return False
+
+
+def _fake_outputs(target, ir_args, ir_kwargs, node):
+    """The fake tensors ``target`` returns for inputs in the IR's layouts (their strides
+    are the ones the real call will give), or None when the op cannot be run on fakes."""
+    from torch._guards import detect_fake_mode
+    metas = [n.meta.get("val") for n in node.all_input_nodes] + [node.meta.get("val")]
+    fake_mode = detect_fake_mode([m for m in metas if isinstance(m, torch.Tensor)])
+    if fake_mode is None:
+        return None
+
+    def fake(value):
+        if isinstance(value, (list, tuple)):
+            return type(value)(fake(v) for v in value)
+        if isinstance(value, dict):
+            return {k: fake(v) for k, v in value.items()}
+        if isinstance(value, (Buffer, ReinterpretView)):
+            layout = value.layout
+            return torch.empty_strided(layout.int_size(), layout.int_stride(), dtype=layout.dtype,
+                                       device=layout.device)
+        return value
+    try:
+        with fake_mode:
+            return target(*fake(ir_args), **fake(ir_kwargs))
+    except Exception as error:  # e.g. a data-dependent output size
+        log.debug("tritonfuse: cannot run %s on fake tensors (%s); its inputs get eager's layout", target, error)
+        return None
 
 
 def _view_base(value):

@@ -370,6 +370,55 @@ def as_strided_buffer(value: IRNode):
     return box.realize()
 
 
+def is_non_overlapping(size, stride) -> bool:
+    """True when no two positions of a tensor of ``size`` share memory under ``stride``
+    (gaps allowed: a slice of a bigger buffer). Sufficient test: with dims sorted by
+    stride, each stride steps past everything the smaller dims reach."""
+    reach = 0
+    for st, sz in sorted((sym.to_int(st), sym.to_int(sz)) for sz, st in zip(size, stride) if sym.to_int(sz) != 1):
+        if st <= reach:
+            return False
+        reach += st * (sz - 1)
+    return True
+
+
+def realize_with_strides(value: IRNode, size, stride):
+    """A buffer or strided view holding ``value`` with exactly ``stride`` (eager's layout).
+
+    Dims of stride 0 (an expand in eager) are computed once and expanded by a view over
+    the buffer, so no element is written twice. Returns None for strides that overlap in
+    any other way: no buffer can be written in them."""
+    size = [sym.sint(s) for s in size]
+    stride = [sym.sint(s) for s in stride]
+    compact = [sympy.Integer(1) if st == 0 else s for s, st in zip(size, stride)]
+    if not is_non_overlapping(compact, stride):
+        return None
+    device, dtype = value.get_device(), value.get_dtype()
+    layout = Layout(device, dtype, compact, stride)
+    box = storage_of(value)
+    if box is not None and not box.is_realized() and compact == size:
+        buffer = box.realize(layout)
+    else:
+        loader = value.make_loader()
+        expanded = {d for d, (s, c) in enumerate(zip(size, compact)) if s != c}
+
+        def inner_fn(index):
+            return loader([sympy.Integer(0) if d in expanded else i for d, i in enumerate(index)])
+        copy = StorageBox(Pointwise(device, dtype, inner_fn, compact, origins=origins_of([value]) + ("clone",)))
+        buffer = copy.realize(layout)
+    if compact == size:
+        return buffer
+    return ReinterpretView(buffer, Layout(device, dtype, size, stride))
+
+
+def same_strides(layout: Layout, size, stride) -> bool:
+    """``layout`` has these sizes and, on every dim longer than 1, these strides."""
+    if list(layout.int_size()) != [int(s) for s in size]:
+        return False
+    return all(int(sz) == 1 or have == int(want)
+               for sz, have, want in zip(size, layout.int_stride(), stride))
+
+
 def strided_layout_of(value: IRNode) -> Optional[Layout]:
     """The layout of ``value`` if it is a realized buffer or a strided view of one."""
     data = value.data if isinstance(value, TensorBox) else value
