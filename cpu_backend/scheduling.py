@@ -59,26 +59,33 @@ class CppScheduling(BackendScheduling):
         name = self.wrapper.kernel_name("cpp", group.origins)
         kernel = CppKernel(group, internal, self.graph, name, default_num_threads())
         source = kernel.generate()
-        if group.r_numel > 1:
+        if group.r_numel != 1:
             segments = plan_segments(group.node_layouts())
             loops = sum(1 for s in segments if s.is_loop)
             if loops > 1:
                 metrics.outer_loop_fusions.append(metrics.OuterLoopFusion(loops, len(kernel.local_buffers)))
         call_args = kernel.args.call_order()
-        self.kernels.append((name, source, len(call_args)))
+        size_types = ["double" if s.name.startswith("z") else "int64" for s in kernel.size_args]
+        self.kernels.append((name, source, len(call_args), size_types))
         self.wrapper.add_kernel_source(source)
         self.wrapper.allocate_outputs(group, kernel.internal)
-        pointers = ", ".join(f"{buffer}.data_ptr()" for _, buffer in call_args)
-        self.wrapper.writeline(f"{name}({pointers})")
+        arguments = [f"{buffer}.data_ptr()" for _, buffer in call_args] + [str(s) for s in kernel.size_args]
+        self.wrapper.writeline(f"{name}({', '.join(arguments)})")
         metrics.record_kernel(name)
 
     def flush(self) -> None:
         if not self.kernels:
             return
-        source = HEADER + "\n" + "\n".join(src for _, src, _ in self.kernels)
+        source = HEADER + "\n" + "\n".join(src for _, src, _, _ in self.kernels)
         lines = ["from cpu_backend.build import KernelCallable, load_kernel_library",
                  "cpp_library = load_kernel_library('''" + source.replace("\\", "\\\\") + "''')"]
-        for name, _, nargs in self.kernels:
-            lines.append(f"{name} = KernelCallable(cpp_library, {name!r}, {nargs})")
+        for name, _, nargs, size_types in self.kernels:
+            if size_types:   # sizes (int64) and float scalars (double) after the pointers
+                types = ", ".join(["ctypes.c_void_p"] * nargs + [f"ctypes.c_{t}" for t in size_types])
+                lines.append(f"{name} = KernelCallable(cpp_library, {name!r}, argtypes=[{types}])")
+            else:
+                lines.append(f"{name} = KernelCallable(cpp_library, {name!r}, {nargs})")
+        if any(size_types for _, _, _, size_types in self.kernels):
+            lines.insert(0, "import ctypes")
         self.wrapper.define_raw("\n".join(lines) + "\n")
 
