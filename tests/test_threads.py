@@ -1,9 +1,11 @@
 """Compiled functions called from many threads at once, while new shapes are compiled.
 
-A graph with dynamic shapes is compiled per input shape at call time (specialize.py), so
-threads that meet new shapes compile inside running compiled frames while other threads
-run warm compiled functions. Every call must give eager's answer, nothing may run
-eagerly, and no tracing state may leak out (a later torch.compile must still work)."""
+Threads that meet new shapes make Dynamo recompile (symbolically), or, where a graph
+cannot be compiled symbolically, compile it per shape at call time inside a running
+compiled frame (specialize.py); a backward graph compiles at the first backward. Other
+threads meanwhile run warm compiled functions. Every call must give eager's answer,
+nothing may run eagerly, and no compile state may leak out (a later torch.compile must
+still work)."""
 import threading
 import time
 
@@ -12,6 +14,7 @@ import torch
 
 import tritonfuse
 from common import assert_same, check, rand
+from test_dynamic_shapes import _fail_symbolic_compiles
 
 
 def _softmax_mix(x, y):
@@ -46,8 +49,11 @@ def _is_fx_tracing():
     return torch.fx._symbolic_trace._is_fx_tracing_flag
 
 
+@pytest.mark.parametrize("per_shape", [False, True], ids=["symbolic", "per_shape"])
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["inference", "training"])
-def test_threads_compile_new_shapes_while_warm_functions_run(device, requires_grad):
+def test_threads_compile_new_shapes_while_warm_functions_run(device, requires_grad, per_shape, monkeypatch):
+    if per_shape:
+        _fail_symbolic_compiles(monkeypatch)
     new_shape = torch.compile(_softmax_mix, backend="tritonfuse")
     warm = torch.compile(_warm, backend="tritonfuse")
     x0, y0 = rand(8, 32, device=device), rand(8, 32, device=device)
@@ -89,7 +95,9 @@ def test_threads_compile_new_shapes_while_warm_functions_run(device, requires_gr
     check(lambda t: torch.cos(t) + 1, rand(5, 7, device=device))   # compiling still works
 
 
-def test_threads_meeting_the_same_new_shape_compile_it_once(device):
+def test_threads_meeting_the_same_new_shape_compile_it_once(device, monkeypatch):
+    _fail_symbolic_compiles(monkeypatch)
+
     def fn(x):
         return torch.exp(x).sum(-1) / x.shape[-1]
 
@@ -108,22 +116,29 @@ def test_threads_meeting_the_same_new_shape_compile_it_once(device):
     assert not errors, errors[0]
     assert tritonfuse.metrics.eager_graphs == 0
     assert tritonfuse.metrics.graph_cache_hits == 0       # no second compile of the same shape
+    assert tritonfuse.metrics.static_specializations == 3
     assert tritonfuse.metrics.generated_kernel_count == 3 * kernels_per_shape
 
 
-def test_a_failing_call_time_compile_leaks_no_tracing_state(device):
-    # .item() on a tensor Dynamo made of a Python float: the per-shape trace raises
-    def fn(x, scale):
-        return (x * scale).sin().sum(-1)
+def test_a_failing_call_time_compile_leaks_no_compile_state(device, monkeypatch):
+    from tritonfuse import compile_fx
+
+    def fail(*args):
+        raise RuntimeError("pretend: this graph cannot be compiled")
+    monkeypatch.setattr(compile_fx, "_compile_graph", fail)   # symbolic and per-shape compiles fail
+
+    def fn(x):
+        return (x * 0.5).sin().sum(-1)
 
     compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
     with torch.no_grad():
         for rows in (4, 5):
             x = rand(rows, 16, device=device)
-            assert_same(compiled(x, 0.5), fn(x, 0.5))
+            assert_same(compiled(x), fn(x))       # eagerly
     assert not _is_fx_tracing()
     assert not torch.compiler.is_compiling()
-    tritonfuse.metrics.reset()      # the graph that could not be specialized counted as eager
+    monkeypatch.undo()
+    tritonfuse.metrics.reset()      # the graph that could not be compiled counted as eager
     check(lambda t: torch.cos(t) + 1, rand(5, 7, device=device))
 
 

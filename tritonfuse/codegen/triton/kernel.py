@@ -31,6 +31,8 @@ INT32_MAX = 2**31 - 1
 
 class TritonPrinter(IndexPrinter):
     floordiv_op = "//"
+    min_function = "tl.minimum"
+    max_function = "tl.maximum"
 
 
 _printer = TritonPrinter()
@@ -90,14 +92,18 @@ class TritonKernel:
         self.mask_stack: List[str] = []
         self.acc_counter = 0
         self.dim_counter = {"x": 0, "r": 0, "y": 0}
-        blocks = [c.kwargs for c in configs]
+        self.size_symbols = set()   # size symbols the kernel reads: parameters of its own
         x_extent = numels["x"] if self.tiled else self.x_numel
-        self.needs_xmask = any(x_extent % b["XBLOCK"] for b in blocks)
-        self.needs_ymask = self.tiled and any(numels["y"] % b["YBLOCK"] for b in blocks)
-        if kind == "persistent_reduction":
-            self.needs_rmask = any(self.r_numel != b["RBLOCK"] for b in blocks)
+        if configs is None:      # symbolic sizes: blocks are chosen at launch, so mask everything
+            self.needs_xmask, self.needs_ymask, self.needs_rmask = True, self.tiled, self.has_r
         else:
-            self.needs_rmask = self.has_r and any(self.r_numel % b["RBLOCK"] for b in blocks)
+            blocks = [c.kwargs for c in configs]
+            self.needs_xmask = any(sym.to_int(x_extent) % b["XBLOCK"] for b in blocks)
+            self.needs_ymask = self.tiled and any(sym.to_int(numels["y"]) % b["YBLOCK"] for b in blocks)
+            if kind == "persistent_reduction":
+                self.needs_rmask = any(sym.to_int(self.r_numel) != b["RBLOCK"] for b in blocks)
+            else:
+                self.needs_rmask = self.has_r and any(sym.to_int(self.r_numel) % b["RBLOCK"] for b in blocks)
         self.use_int64 = self._needs_int64()
         # CPU tensors (the interpreter): integer divisions flag a zero divisor in
         # zero_division_ptr, and the wrapper raises eager's error (CUDA eager raises none)
@@ -111,12 +117,14 @@ class TritonKernel:
 
     # ---- planning ---------------------------------------------------------------------
     def _needs_int64(self):
-        biggest = self.x_numel * self.r_numel
+        """Whether some index may pass 2**31 - 1. Under symbolic sizes int32 indexing is
+        kept only where a guard (or what is already known of the sizes) says it fits."""
+        extents = [self.x_numel * self.r_numel]
         for name in self.group.names | self.group.read_names():
             buffer = self.graph.name_to_buffer.get(name)
             if buffer is not None:
-                biggest = max(biggest, buffer.layout.storage_size())
-        return biggest > INT32_MAX
+                extents.append(buffer.layout.storage_size())
+        return not all(sym.current_sizevars().known_lt(extent, INT32_MAX + 1) for extent in extents)
 
     # ---- driving ----------------------------------------------------------------------
     def generate(self):
@@ -180,6 +188,7 @@ class TritonKernel:
             return [flat] * len(sizes)
         symbols = []
         for expr in sym.unflatten(flat, sizes):
+            self.size_symbols |= sym.size_symbols(expr)
             definition = texpr(expr)
             name = self.index_defs.get(definition)
             if name is None:
@@ -199,7 +208,9 @@ class TritonKernel:
             mapping[sympy.Symbol(f"x{i}", integer=True, nonnegative=True)] = s
         for i, s in enumerate(self.r_symbols):
             mapping[sympy.Symbol(f"r{i}", integer=True, nonnegative=True)] = s
-        return canonical.xreplace(mapping)
+        result = canonical.xreplace(mapping)
+        self.size_symbols |= sym.size_symbols(result)
+        return result
 
     def _pointer_offset(self, index) -> str:
         """The index as printed; a block of it when it depends on no block variable."""
@@ -288,7 +299,8 @@ class TritonKernel:
         return self.cse.generate(self.out, expr, dtype, over_r=self._value_over_r())
 
     def indirect_indexing(self, value, size):
-        size = sym.to_int(size)
+        self.size_symbols |= sym.size_symbols(size)
+        size = texpr(sympy.sympify(size))
         wrapped = self.cse.generate(self.out, f"tl.where({value} < 0, {value} + {size}, {value})", torch.int64,
                                     over_r=value.over_r if isinstance(value, CSEVariable) else False)
         mask = " & ".join(["ymask"] * self.needs_ymask + ["xmask"] * self.needs_xmask + self.mask_stack)
@@ -401,7 +413,8 @@ class TritonKernel:
             masked = self.cse.generate(self.out, f"tl.where({mask}, {v}, 0.0)" if mask else str(v), torch.float32,
                                        over_r=True)
             total = self.cse.generate(self.out, f"tl.sum({masked}, 1)[:, None]", torch.float32)
-            mean = self.cse.generate(self.out, f"{total} / {float(self.r_numel)}", torch.float32)
+            count = float(sym.to_int(self.r_numel)) if sym.is_static(self.r_numel) else "rnumel"
+            mean = self.cse.generate(self.out, f"{total} / {count}", torch.float32)
             deviation = self.cse.generate(self.out, f"tl.where({mask}, {v} - {mean}, 0.0)" if mask
                                           else f"{v} - {mean}", torch.float32, over_r=True)
             m2 = self.cse.generate(self.out, f"tl.sum({deviation} * {deviation}, 1)[:, None]", torch.float32)
