@@ -23,25 +23,27 @@ import torch
 
 from . import config  # noqa: F401  (the knobs live there)
 from .compile_lock import compiling
+from .compile_options import CompileOptions
 from .direct_inference import InferenceShortcut
 
 log = logging.getLogger("tritonfuse")
 _graph_counter = itertools.count()
 
 
-def _compiler(kind):
+def _compiler(kind, options: CompileOptions):
     def compile_fn(gm: torch.fx.GraphModule, example_inputs):
         from .compile_fx import _is_symbolic, compile_graph
         graph_id = f"{kind}_{next(_graph_counter)}"
         try:
             with compiling():
-                return compile_graph(gm, example_inputs, graph_id, allow_guards=kind != "backward")
+                return compile_graph(gm, example_inputs, graph_id, allow_guards=kind != "backward",
+                                     options=options)
         except Exception as error:  # never crash the user's model
             reason = f"{type(error).__name__}: {error}"
             if any(_is_symbolic(value) for value in example_inputs):
                 from .specialize import PerShapeGraph
                 log.debug("tritonfuse: symbolic compile of %s failed", graph_id, exc_info=True)
-                return PerShapeGraph(gm, graph_id, reason)
+                return PerShapeGraph(gm, graph_id, reason, options)
             from . import metrics
             metrics.eager_graphs += 1
             log.warning("tritonfuse: could not compile %s (%s); running it eagerly", graph_id, reason,
@@ -51,15 +53,17 @@ def _compiler(kind):
     return compile_fn
 
 
-def tritonfuse_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
-    """The Dynamo backend (registered as "tritonfuse" by the package's entry point)."""
+def tritonfuse_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None):
+    """The Dynamo backend (registered as "tritonfuse" by the package's entry point).
+    ``mode`` and ``options`` are torch.compile's (compile_options.py)."""
     from torch._dynamo.backends.common import aot_autograd
     from .decompositions import decomposition_table
+    compile_options = CompileOptions.from_torch_compile(mode, options)
     shortcut = InferenceShortcut(gm, example_inputs)
     backend = aot_autograd(
-        fw_compiler=_compiler("forward"),
-        bw_compiler=_compiler("backward"),
-        inference_compiler=shortcut.wrap(_compiler("inference")),
+        fw_compiler=_compiler("forward", compile_options),
+        bw_compiler=_compiler("backward", compile_options),
+        inference_compiler=shortcut.wrap(_compiler("inference", compile_options)),
         decompositions=decomposition_table(),
         keep_inference_input_mutations=False,
     )

@@ -18,7 +18,9 @@ import torch
 from . import code_cache, config, metrics, sym
 from .codegen.registry import get_scheduling_class
 from .codegen.wrapper import WrapperCodeGen
+from .compile_options import CompileOptions
 from .graph import GraphLowering
+from .lowering.matmul import cuda_matmul_allows_tf32
 from .runtime.integer_errors import IntegerDivisionByZero
 from .scheduler import FallbackNode, Scheduler
 
@@ -81,17 +83,20 @@ class CompiledGraph:
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, graph_id="graph", sizevars=None,
-                  allow_guards=False) -> CompiledGraph:
+                  allow_guards=False, options: CompileOptions = None) -> CompiledGraph:
     """Compile one aten graph. Its sizes are symbolic when Dynamo made them dynamic: the
     code then takes them as runtime values and serves every size (``sizevars``: the
     symbols' example values and guards; ``specialize`` compiles for the examples' shapes).
     ``allow_guards``: Dynamo still builds the guards of this graph's frame (forward and
-    inference graphs), so the compile may add guards on the sizes."""
+    inference graphs), so the compile may add guards on the sizes. ``options``: the
+    torch.compile call's (compile_options.py), by default tritonfuse.config's."""
     if sizevars is None:
         sizevars = sizevars_for(example_inputs)
         sizevars.allow_guards = allow_guards
+    if options is None:
+        options = CompileOptions.from_torch_compile()
     with sym.using_sizevars(sizevars):
-        return _compile_graph(gm, example_inputs, graph_id, sizevars)
+        return _compile_graph(gm, example_inputs, graph_id, sizevars, options)
 
 
 def sizevars_for(example_inputs) -> sym.SizeVars:
@@ -108,10 +113,10 @@ def _is_symbolic(value) -> bool:
     return isinstance(value, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride()))
 
 
-def _compile_graph(gm, example_inputs, graph_id, sizevars) -> CompiledGraph:
+def _compile_graph(gm, example_inputs, graph_id, sizevars, options) -> CompiledGraph:
     has_constants = any(n.op == "get_attr" for n in gm.graph.nodes)
-    hints = sorted((str(s), int(v)) for s, v in sizevars.hints.items()) if sizevars.specialize else ()
-    key = code_cache.graph_key(gm, example_inputs, extra=hints)
+    hints = sorted((str(s), int(v)) for s, v in sizevars.hints.items()) if sizevars.specialize else []
+    key = code_cache.graph_key(gm, example_inputs, extra=hints + _option_knobs(options, example_inputs))
     use_cache = config.graph_cache and not has_constants
     if use_cache:
         compiled = _load_cached(key, gm, sizevars)
@@ -119,7 +124,7 @@ def _compile_graph(gm, example_inputs, graph_id, sizevars) -> CompiledGraph:
             return compiled
 
     started = time.perf_counter()
-    graph = lower(gm, example_inputs, graph_id)
+    graph = lower(gm, example_inputs, graph_id, options)
     scheduler = schedule(graph)
     source, kernel_sources, kernel_names = codegen(graph, scheduler)
     symbolic = bool(graph.symbol_sources) and not sizevars.specialize
@@ -142,8 +147,19 @@ def _compile_graph(gm, example_inputs, graph_id, sizevars) -> CompiledGraph:
     return CompiledGraph(module, path, gm.forward)
 
 
-def lower(gm, example_inputs, graph_id) -> GraphLowering:
-    graph = GraphLowering(gm, example_inputs, graph_id)
+def _option_knobs(options, example_inputs) -> list:
+    """What the options add to the graph cache key: under max-autotune the generated code
+    holds the GEMM choices made on this GPU with this TF32 setting."""
+    if not options.max_autotune:
+        return []
+    gpus = sorted({torch.cuda.get_device_name(t.device) for t in example_inputs
+                   if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
+    return [("max_autotune", True), ("gemm_backends", config.gemm_backends), ("allow_tf32", cuda_matmul_allows_tf32()),
+            ("gpus", gpus)]
+
+
+def lower(gm, example_inputs, graph_id, options=None) -> GraphLowering:
+    graph = GraphLowering(gm, example_inputs, graph_id, options)
     graph.run(*example_inputs)
     return graph
 

@@ -14,6 +14,14 @@ cpu_backend: str = _env("TRITONFUSE_CPU_BACKEND", "cpp")
 # Autotuning of Triton launch configs: "none" (first heuristic config), "default", "max".
 autotune: str = _env("TRITONFUSE_AUTOTUNE", "default")
 
+# Matmuls (mm, addmm, bmm) on GPUs: benchmark Triton GEMM templates, with their pointwise
+# consumers fused into the store, against the aten call at compile time and keep the faster.
+# Also per compile: torch.compile(..., mode="max-autotune") or options={"max_autotune": True}.
+max_autotune: bool = _env("TRITONFUSE_MAX_AUTOTUNE", "0") == "1"
+# What that choice may pick, comma-separated: "aten" (the aten call) and "triton" (the
+# GEMM template). "triton" alone uses the template wherever it applies.
+gemm_backends: str = _env("TRITONFUSE_GEMM_BACKENDS", "aten,triton")
+
 # Tune even under TRITON_INTERPRET (normally skipped: interpreted timings mean nothing).
 autotune_under_interpreter: bool = _env("TRITONFUSE_AUTOTUNE_INTERPRET", "0") == "1"
 

@@ -13,6 +13,7 @@ import torch
 import torch.fx
 
 from . import metrics, sym
+from .compile_options import CompileOptions
 from .config import realize_loads_threshold, realize_reads_threshold
 from .ir import (
     Buffer, ComputedBuffer, FallbackKernel, FallbackOutput, GenericView, InputBuffer, Layout, Pointwise,
@@ -39,10 +40,11 @@ def current_graph() -> "GraphLowering":
 
 
 class GraphLowering(torch.fx.Interpreter):
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs, graph_id: str = "graph"):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, graph_id: str = "graph", options=None):
         super().__init__(gm)
         self.example_inputs = example_inputs
         self.graph_id = graph_id
+        self.options = options if options is not None else CompileOptions.from_torch_compile()
         self.buffers = []            # ComputedBuffer and FallbackOutput, in creation order
         self.operations = []         # ComputedBuffer and FallbackKernel: the order they run in
         self.fallback_kernels = []
@@ -282,6 +284,12 @@ class GraphLowering(torch.fx.Interpreter):
         self.fallback_kernels.append(kernel)
         self.operations.append(kernel)
         return self._fallback_outputs(kernel, meta, ())
+
+    def strided_input(self, value, fx_value):
+        """A buffer or strided view holding ``value`` (for a kernel that takes operands of
+        any strides, as an aten call does): eager's layout, from the FX argument
+        ``fx_value``, where ``value`` is not yet materialized."""
+        return self._fallback_inputs(value, fx_value, exact=False)
 
     def _fallback_inputs(self, value, fx_value, exact):
         """IR buffers / strided views for a fallback's arguments (``fx_value``: the same

@@ -9,6 +9,10 @@ a buffer) or a view of another value. A computation is ``Pointwise`` or ``Reduct
                              └► ComputedBuffer | InputBuffer | FallbackOutput
               ─► ReinterpretView(buffer, layout)               (strided view, no data moved)
               ─► GenericView(value, size, reindex)             (any index remapping)
+
+A ``TemplateBuffer`` is computed by a kernel template instead of a loop body (a matmul
+under max-autotune): lowering creates it realized; its pointwise consumers may fuse into
+the template's store.
 """
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
@@ -162,6 +166,64 @@ class ComputedBuffer(Buffer):
             ops.store_reduction(self.name, self.layout.index(xvars), reduced)
         else:
             ops.store(self.name, self.layout.index(xvars), data.inner_fn(xvars))
+
+
+@dataclass
+class MatmulTemplate:
+    """``out[b, m, n] = sum over k of a[b, m, k] * b[b, k, n]``, accumulated in float32 and
+    rounded once to ``dtype``: what a GEMM template kernel computes (lowering/matmul.py).
+    ``a`` and ``b`` are buffers or strided views, [M, K] and [K, N] for an mm (batch 1),
+    [batch, M, K] and [batch, K, N] for a bmm; ``config`` is the launch config (blocks,
+    warps, stages) that the choice step picked for these sizes."""
+    device: torch.device
+    dtype: torch.dtype
+    a: IRNode
+    b: IRNode
+    batch: int
+    m: int
+    n: int
+    k: int
+    allow_tf32: bool
+    config: object
+    origins: tuple = ()
+
+    @property
+    def operand_names(self):
+        """The buffers that ``a`` and ``b`` read (one, for ``x @ x.t()``, named twice)."""
+        return _buffer_name(self.a), _buffer_name(self.b)
+
+    def operand_reads(self, xvars):
+        """(buffer name, index) of the operand elements that output element ``xvars``
+        starts from (at k = 0; the template walks k): for dependency analysis."""
+        k = sympy.Symbol("k", integer=True, nonnegative=True)
+        b, m, n = ([sympy.Integer(0)] + list(xvars))[-3:]
+        batch = [b] if len(self.a.get_size()) == 3 else []
+        a_name, b_name = self.operand_names
+        return [(a_name, self.a.layout.index(batch + [m, k])), (b_name, self.b.layout.index(batch + [k, n]))]
+
+
+@dataclass
+class TemplateBuffer(ComputedBuffer):
+    """A buffer computed by a kernel template; ``data`` describes it (``MatmulTemplate``)
+    for the backend that renders the template. Dependency analysis sees it read its
+    operands and write each of its elements once."""
+
+    def is_reduction(self) -> bool:
+        return False
+
+    def iteration_sizes(self):
+        return list(self.layout.size), []
+
+    def body(self, xvars, rvars):
+        """Records the template's reads and write (for the scheduler); the template's own
+        code comes from its backend, never from this body."""
+        for name, index in self.data.operand_reads(xvars):
+            ops.load(name, index)
+        ops.store(self.name, self.layout.index(xvars), None)
+
+
+def _buffer_name(value) -> str:
+    return value.buffer.name if isinstance(value, ReinterpretView) else value.name
 
 
 @dataclass

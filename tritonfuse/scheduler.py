@@ -6,6 +6,10 @@ Kernel groups. Every computed buffer iterates an x domain (kept dims) and an r d
 (reduced dims, empty for pointwise). A fused kernel has one group ``(device, X, R)``:
 reductions over X rows of R elements, pointwise nodes over all X*R elements (split into
 x and r parts) and "x-only" pointwise nodes over the X rows (epilogues of reductions).
+
+Template nodes. A buffer computed by a kernel template (a GEMM under max-autotune) is a
+node whose group may absorb pointwise consumers of its output, which the template then
+computes in its store (epilogues); it fuses with nothing else.
 """
 import itertools
 import logging
@@ -17,7 +21,7 @@ import torch
 
 from . import config, metrics, sym
 from .dependencies import extract_deps, flat_x_form, split_sizes
-from .ir import ComputedBuffer, FallbackKernel
+from .ir import ComputedBuffer, FallbackKernel, TemplateBuffer
 
 log = logging.getLogger("tritonfuse.scheduler")
 
@@ -39,6 +43,7 @@ class SchedulerNode:
         reads, _ = extract_deps(buffer, self.x_sizes, self.r_sizes)
         self.read_names = {dep.name for dep in reads}
         self.origins = tuple(buffer.data.origins)
+        self.is_template = isinstance(buffer, TemplateBuffer)
 
     def is_reduction(self) -> bool:
         return self.buffer.is_reduction()
@@ -99,6 +104,11 @@ class FusedNode:
 
     def is_empty(self) -> bool:
         return self.x_numel * self.r_numel == 0
+
+    @property
+    def template(self) -> Optional[SchedulerNode]:
+        """The template node of this group, if it has one (then it is the group's kernel)."""
+        return next((n for n in self.nodes if n.is_template), None)
 
     def read_names(self):
         return set().union(*(n.read_names for n in self.nodes)) - self.names
@@ -223,6 +233,8 @@ class Scheduler:
         first, second = (a, b) if a.position <= b.position else (b, a)
         if len(a.nodes) + len(b.nodes) > config.max_fusion_size:
             return None
+        if (a.template or b.template) and not (self._is_epilogue(a, b) or self._is_epilogue(b, a)):
+            return None
         # no path first -> (outside node) -> second, in either direction
         for x, y in ((first, second), (second, first)):
             for mid in ancestors[id(y)]:
@@ -242,6 +254,14 @@ class Scheduler:
         allowed = backend.can_fuse_vertical(first, second, merged) if vertical else \
             backend.can_fuse_horizontal(first, second, merged)
         return merged if allowed else None
+
+    @staticmethod
+    def _is_epilogue(template: FusedNode, other: FusedNode) -> bool:
+        """Whether ``other`` may join ``template``'s group as epilogue: pointwise, reading
+        what the group writes, writing nothing the template group reads (no prologue),
+        and holding no template of its own."""
+        return (template.template is not None and other.template is None and not other.is_reduction()
+                and bool(template.names & other.read_names()) and not (other.names & template.read_names()))
 
     @staticmethod
     def _combined_group(a: FusedNode, b: FusedNode):

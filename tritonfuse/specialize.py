@@ -40,9 +40,10 @@ def _signature(args) -> tuple:
 class PerShapeGraph:
     """A boxed callable (takes the list of inputs) compiling ``gm`` once per input shape."""
 
-    def __init__(self, gm: torch.fx.GraphModule, graph_id: str, reason: str):
+    def __init__(self, gm: torch.fx.GraphModule, graph_id: str, reason: str, options=None):
         self._boxed_call = True   # an instance attribute: wrappers copy __dict__
         self.gm = gm
+        self.options = options    # the torch.compile call's CompileOptions
         self.graph_id = graph_id
         self.placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
         self.compiled = {}
@@ -73,7 +74,8 @@ class PerShapeGraph:
             from .compile_fx import compile_graph
             sizevars = sym.SizeVars(specialize=True, hints=self._hints(args))
             try:
-                compiled = compile_graph(self.gm, list(args), f"{self.graph_id}_shape{len(self.compiled)}", sizevars)
+                compiled = compile_graph(self.gm, list(args), f"{self.graph_id}_shape{len(self.compiled)}", sizevars,
+                                         options=self.options)
                 metrics.static_specializations += 1
             except Exception as error:  # never crash the user's model
                 metrics.eager_graphs += 1

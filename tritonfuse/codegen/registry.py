@@ -83,3 +83,13 @@ def split_reduction_target(device) -> int:
         return 0
     target = getattr(cls, "split_reduction_target", None)
     return target(device) if target is not None else 0
+
+
+def matmul_choice(device_type: str):
+    """The GEMM template of the backend for ``device_type`` and its choice against aten
+    (``MatmulChoice``), or None: that backend's matmuls run as aten calls."""
+    try:
+        cls = get_scheduling_class(device_type)
+    except KeyError:
+        return None
+    return getattr(cls, "matmul_choice", None)

@@ -184,7 +184,8 @@ class TritonLauncher:
     """Launches one generated Triton kernel; see the module docstring for the contract.
 
     name: the @triton.jit function in `source`; kind: "pointwise" | "pointwise_2d" |
-    "reduction" | "persistent_reduction"; numels: {"x"}, {"y", "x"} or {"x", "r"} (ints);
+    "reduction" | "persistent_reduction" | "template"; numels: {"x"}, {"y", "x"}, {"x", "r"}
+    or {"b", "m", "n"} (ints);
     mutated_arg_indices: run() argument positions the kernel writes; device_type: "cuda"
     (compiled) or "cpu" (Triton interpreter); configs: explicit candidates, else
     heuristics for the `tritonfuse.config.autotune` mode at the first run; reduction_hint:
@@ -232,8 +233,13 @@ class TritonLauncher:
 
     def grid(self, cfg: Config, numels: dict[str, int] | None = None) -> tuple[int, int, int]:
         """(cdiv(x, XBLOCK), cdiv(y, YBLOCK) or 1, 1): x always on axis 0 (no 65535 limit).
-        ``numels``: this launch's sizes, when they are not the launcher's."""
+        A GEMM template ("template", numels {"b", "m", "n"}): one program per output tile
+        on axis 0, the batch on axis 1. ``numels``: this launch's sizes, when they are not
+        the launcher's."""
         numels = self.numels if numels is None else numels
+        if self.kind == "template":
+            tiles = triton.cdiv(numels["m"], cfg.kwargs["BLOCK_M"]) * triton.cdiv(numels["n"], cfg.kwargs["BLOCK_N"])
+            return (tiles, numels["b"], 1)
         x_programs = triton.cdiv(numels["x"], cfg.kwargs.get("XBLOCK", 1))
         y_programs = triton.cdiv(numels["y"], cfg.kwargs["YBLOCK"]) if "y" in numels else 1
         if y_programs > MAX_GRID_YZ:

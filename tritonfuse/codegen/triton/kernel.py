@@ -216,14 +216,16 @@ class TritonKernel:
         """The index as printed; a block of it when it depends on no block variable."""
         text = texpr(index)
         if not any(s.name.startswith(("x", "r", "tmp")) for s in index.free_symbols):
-            if self.tiled:
-                shape = "[YBLOCK, XBLOCK]"
-            elif not self.has_r:
-                shape = "[XBLOCK]"
-            else:
-                shape = "[XBLOCK, RBLOCK]" if self.node_kind == "xr" else "[XBLOCK, 1]"
-            text = f"{text} + tl.zeros({shape}, tl.int32)"
+            text = f"{text} + tl.zeros({self._block_shape()}, tl.int32)"
         return text
+
+    def _block_shape(self) -> str:
+        """The shape of a value that varies over every element of the current node."""
+        if self.tiled:
+            return "[YBLOCK, XBLOCK]"
+        if not self.has_r:
+            return "[XBLOCK]"
+        return "[XBLOCK, RBLOCK]" if self.node_kind == "xr" else "[XBLOCK, 1]"
 
     def _mask_for(self, index) -> Optional[str]:
         parts = []

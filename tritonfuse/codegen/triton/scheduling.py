@@ -8,12 +8,15 @@ import os
 
 import jinja2
 import sympy
+import torch
 
 from ... import config, metrics, sym
 from ...dependencies import plan_and_deps
 from ...runtime.heuristics import candidate_configs, is_persistent_reduction_ok
 from ..backend_interface import BackendScheduling
 from ..common import pexpr
+from .gemm_choice import MatmulChoice
+from .gemm_template import codegen_template
 from .kernel import TritonKernel
 from .overrides import INTERPRETER_OPS, TRITON_OPS
 
@@ -30,6 +33,9 @@ class TritonScheduling(BackendScheduling):
     launcher_device = "cuda"
     reports_zero_division = False   # as eager on CUDA: an integer division by zero raises nothing
     imports_zero_division = False   # the wrapper imports raise_integer_division_by_zero
+    # the GEMM template (max-autotune): the matmuls it takes and its choice against aten
+    matmul_choice = MatmulChoice(_templates, "cuda", (torch.float16, torch.bfloat16, torch.float32),
+                                 use_libdevice=True)
 
     @staticmethod
     def split_reduction_target(device) -> int:
@@ -43,6 +49,9 @@ class TritonScheduling(BackendScheduling):
         return True
 
     def codegen_node(self, group) -> None:
+        if group.template is not None:
+            codegen_template(self, group, _templates)
+            return
         hint = self._reduction_hint(group) if group.r_numel != 1 else None
         kind, numels = self._kind(group, hint)
         static = all(sym.is_static(n) for n in numels.values())
@@ -146,6 +155,8 @@ class InterpretedTritonScheduling(TritonScheduling):
     use_libdevice = False
     launcher_device = "cpu"
     reports_zero_division = True    # CPU tensors: eager raises for an integer division by zero
+    # the interpreter's tl.dot multiplies bfloat16 operands as raw 16-bit integers
+    matmul_choice = MatmulChoice(_templates, "cpu", (torch.float16, torch.float32), use_libdevice=False)
 
     @staticmethod
     def split_reduction_target(device) -> int:

@@ -1,0 +1,215 @@
+"""The choice step of max-autotune: for one matmul, the GEMM template's configs against the
+aten call (cuBLAS on GPUs), decided at compile time.
+
+Every candidate runs the plain template (its output stored, no epilogue) or the aten op on
+random operands with the matmul's sizes, strides and dtype; the fastest wins and is
+logged. Decisions go through the autotune cache (key: the plain kernel's source, the
+candidates, the device and the versions), so a later compile of the same matmul, in any
+process, benchmarks nothing. ``config.gemm_backends`` says which of aten and the template
+may win. Nothing is benchmarked under ``config.autotune == "none"``, nor under Triton's
+interpreter (its timings mean nothing; unless ``config.autotune_under_interpreter``): the
+first candidate wins, the template's heuristic config when the template may be used.
+"""
+import functools
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from ... import config as tf_config
+from ...runtime import autotuner
+from ...runtime.gemm_heuristics import mm_configs
+from ...runtime.heuristics import MAX_GRID_YZ
+from .gemm_template import plain_source
+
+log = logging.getLogger("tritonfuse")
+
+# The plain kernel's name: one name for every matmul, so that equal problems give equal
+# sources (and autotune cache keys) whatever graph they come from.
+PLAIN_KERNEL_NAME = "triton_tem_mm"
+
+
+@dataclass(frozen=True)
+class AtenCall:
+    """The aten op as a candidate of the choice; stored in the cache as a config with no
+    blocks and no warps of ours."""
+
+    def __str__(self):
+        return "aten"
+
+    def to_dict(self):
+        return {"kwargs": {}, "num_warps": 0, "num_stages": 0}
+
+
+ATEN = AtenCall()
+
+
+class MatmulChoice:
+    """The GEMM template of one Triton backend: which matmuls it takes, and for each, the
+    config that beat aten (or None: aten is kept)."""
+
+    def __init__(self, env, device_type, dtypes, use_libdevice):
+        self.env = env
+        self.device_type = device_type       # where the launcher runs kernels ("cpu": interpreted)
+        self.dtypes = dtypes
+        self.use_libdevice = use_libdevice
+
+    def unsupported(self, dtype, batch) -> str:
+        """Why the template cannot compute this matmul ("" when it can)."""
+        if "triton" not in _allowed_backends():
+            return "config.gemm_backends excludes the GEMM template (triton)"
+        if dtype not in self.dtypes:
+            return f"the GEMM template here takes {', '.join(str(d).replace('torch.', '') for d in self.dtypes)}, " \
+                   f"not {str(dtype).replace('torch.', '')}"
+        if batch > MAX_GRID_YZ:
+            return f"a batch of {batch} exceeds the {MAX_GRID_YZ} programs of grid axis 1"
+        return ""
+
+    def choose(self, template, output_layout):
+        """(the template config to use, or None for aten; a line saying why)."""
+        candidates = mm_configs(template.batch, template.m, template.n, template.k, template.dtype.itemsize,
+                                min_programs=self._min_programs(template.device),
+                                shared_memory=self._shared_memory(template.device),
+                                tensor_cores=template.dtype != torch.float32 or template.allow_tf32)
+        if not candidates:
+            return None, "no GEMM template config fits this device"
+        choices = list(candidates) + ([ATEN] if "aten" in _allowed_backends() else [])
+        if len(choices) == 1 or tf_config.autotune == "none" or \
+                (self.device_type == "cpu" and not tf_config.autotune_under_interpreter):
+            why = f"GEMM template {choices[0]} (heuristic, not benchmarked)"
+            log.info("tritonfuse: max-autotune: mm %s uses the %s", _shape(template), why)
+            return choices[0], why
+        import autotune_cache
+        source = plain_source(self.env, PLAIN_KERNEL_NAME, template, output_layout, self.use_libdevice)
+        device, versions = self._device_name(template.device), autotune_cache.current_versions()
+        key = autotune_cache.make_key(source, [c.to_dict() for c in choices], device, versions)
+        cache = autotune_cache.AutotuneCache()
+        entry = cache.get(key)
+        found = next((c for c in choices if entry is not None and c.to_dict() == entry["config"]), None)
+        if found is not None:
+            autotuner.stats.cache_hits += 1
+            best, timings = found, entry["timings_ms"]
+        else:
+            best, timings = self._benchmark(template, output_layout, source, choices)
+            if best is None:
+                return None, "every template config failed to run"
+            self._store(cache, key, source, template, best, timings, choices, device, versions)
+        return self._decision(template, best, timings, cached=found is not None)
+
+    # ---- benchmarking -----------------------------------------------------------------
+    def _benchmark(self, template, output_layout, source, choices):
+        """(fastest choice, {choice: ms}) on real random operands: outside the fake-tensor
+        mode that the compile runs in."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        with unset_fake_temporarily():
+            return self._benchmark_real(template, output_layout, source, choices)
+
+    def _benchmark_real(self, template, output_layout, source, choices):
+        from ...runtime.triton_launcher import TritonLauncher
+        storages, views, out = _random_operands(template, output_layout)
+        args = list(storages) + [out]
+        numels = {"b": template.batch, "m": template.m, "n": template.n}
+        launchers = {}
+        aten_op = torch.bmm if len(output_layout.size) == 3 else torch.mm
+
+        def launch(choice):
+            if choice is ATEN:
+                aten_op(*views)
+                return
+            if choice not in launchers:
+                launchers[choice] = TritonLauncher(PLAIN_KERNEL_NAME, source, "template", numels,
+                                                   [len(args) - 1], self.device_type, configs=[choice])
+            launchers[choice].run(*args)
+        try:
+            return autotuner.select_best(choices, launch, args, [], name=f"mm {_shape(template)}")
+        except autotuner.AutotuneError as error:
+            log.warning("tritonfuse: %s", error)
+            return None, {}
+
+    def _store(self, cache, key, source, template, best, timings, choices, device, versions):
+        import autotune_cache
+        entry = {"kernel_name": f"mm {_shape(template)}", "config": best.to_dict(), "device": device,
+                 "versions": versions, "timings_ms": timings, "source_sha256": autotune_cache.source_hash(source),
+                 "candidates": [c.to_dict() for c in choices], "kind": "gemm"}
+        try:
+            cache.put(key, entry)
+        except OSError as error:
+            log.warning("tritonfuse: could not write the autotune cache: %s", error)
+
+    @staticmethod
+    def _decision(template, best, timings, cached):
+        aten_ms = timings.get(str(ATEN))
+        template_ms = min((ms for name, ms in timings.items() if name != str(ATEN)), default=None)
+        measured = f"best template {_ms(template_ms)}, aten {_ms(aten_ms)}" + (" (autotune cache)" if cached else "")
+        if best is ATEN:
+            why = f"aten was faster than the GEMM template ({measured})"
+            log.info("tritonfuse: max-autotune: mm %s runs on aten: %s", _shape(template), why)
+            return None, why
+        why = f"GEMM template {best} ({measured})"
+        log.info("tritonfuse: max-autotune: mm %s uses the %s", _shape(template), why)
+        return best, why
+
+    # ---- the device ---------------------------------------------------------------------
+    def _min_programs(self, device) -> int:
+        """Programs that keep the device busy: one per multiprocessor (8 when interpreted)."""
+        if self.device_type == "cpu":
+            return 8
+        return _device_properties(_index(device))[0]
+
+    def _shared_memory(self, device):
+        if self.device_type == "cpu":
+            return None
+        return _device_properties(_index(device))[1]
+
+    def _device_name(self, device) -> str:
+        if self.device_type == "cpu":
+            return "cpu (triton interpreter)"
+        return torch.cuda.get_device_name(_index(device))
+
+
+def _allowed_backends() -> set:
+    return {name.strip().lower() for name in tf_config.gemm_backends.split(",")}
+
+
+def _index(device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+@functools.lru_cache(None)
+def _device_properties(index):
+    """(multiprocessors, shared memory bytes a program may opt in to) of a CUDA device."""
+    props = torch.cuda.get_device_properties(index)
+    shared = getattr(props, "shared_memory_per_block_optin", None)
+    if shared is None:      # a torch without the field: ask Triton's driver
+        from triton.runtime import driver
+        shared = driver.active.utils.get_device_properties(index)["max_shared_mem"]
+    return props.multi_processor_count, int(shared)
+
+
+def _random_operands(template, output_layout):
+    """(storage tensors, the operand views over them, the output) for a benchmark: one
+    storage per operand buffer (``x @ x.t()`` reads one), sized for every view of it."""
+    operands = list(zip(template.operand_names, (template.a, template.b)))
+    sizes = {}
+    for name, value in operands:
+        sizes[name] = max(sizes.get(name, 0), int(value.layout.storage_size()))
+    storages = {name: torch.randn(size, device=template.device).to(template.dtype) for name, size in sizes.items()}
+    views = [torch.as_strided(storages[name], _ints(v.layout.size), _ints(v.layout.stride), int(v.layout.offset))
+             for name, v in operands]
+    out = torch.empty_strided(_ints(output_layout.size), _ints(output_layout.stride), dtype=template.dtype,
+                              device=template.device)
+    return list(storages.values()), views, out
+
+
+def _ints(values):
+    return tuple(int(v) for v in values)
+
+
+def _shape(template) -> str:
+    """"8x512x64 @ 8x64x512 bfloat16": the operands' shapes."""
+    batch = f"{template.batch}x" if template.batch > 1 else ""
+    return f"{batch}{template.m}x{template.k} @ {batch}{template.k}x{template.n} {str(template.dtype).replace('torch.', '')}"
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.4f} ms"

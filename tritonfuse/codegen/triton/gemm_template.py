@@ -1,0 +1,196 @@
+"""The GEMM template: a tiled Triton matmul (templates/mm.py.j2) whose store is generated
+by the Triton backend's own code generation, so that the pointwise consumers of its output
+(bias, activation, residual, cast: the epilogue nodes the scheduler fused into the
+template's group) run on the output tile while it is still in registers.
+
+    render_matmul      the kernel source, given the epilogue's code
+    plain_source       the template storing its output and nothing more (what the choice
+                       step benchmarks; gemm_choice.py)
+    codegen_template   a scheduler group (template node + epilogue nodes) -> kernel + call
+
+Sizes and strides are static: they are printed into the source, so Triton knows which
+operand dims are contiguous and which sizes divide the blocks.
+"""
+import sympy
+import torch
+
+from ... import metrics, sym
+from ...dependencies import coarsening_groups, plan_and_deps
+from ...virtualized import set_ops_handler
+from ..common import CSEVariable
+from .kernel import TritonKernel, texpr
+
+BLOCK_NAMES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
+# The output tile's coordinates in the template: rows, columns, batch (grid axis 1).
+XM = sympy.Symbol("xm", integer=True, nonnegative=True)
+XN = sympy.Symbol("xn", integer=True, nonnegative=True)
+BID = sympy.Symbol("bid", integer=True, nonnegative=True)
+
+
+def _operand_geometry(value, batch):
+    """(batch stride, row stride, column stride, offset) of a 2-d or 3-d operand, as ints;
+    dims of size 1 get stride 0 (their index is always 0)."""
+    layout = value.layout
+    sizes, strides = [sym.to_int(s) for s in layout.size], [sym.to_int(s) for s in layout.stride]
+    strides = [0 if size == 1 else stride for size, stride in zip(sizes, strides)]
+    if len(sizes) == 2:
+        strides = [0] + strides
+    if batch == 1:
+        strides[0] = 0
+    return strides[0], strides[1], strides[2], sym.to_int(layout.offset)
+
+
+def _pointer(param, terms, offset) -> str:
+    """``param + (offset + var * stride + ...)`` without the terms of stride 0."""
+    parts = [var if stride == 1 else f"{var} * {stride}" for var, stride in terms if stride != 0]
+    if offset:
+        parts.insert(0, str(offset))
+    return f"{param} + ({' + '.join(parts) or '0'})"
+
+
+def _step(stride) -> str:
+    return "BLOCK_K" if stride == 1 else f"BLOCK_K * {stride}"
+
+
+def _problem(template) -> str:
+    """A comment line saying what the template computes, with the operands' strides."""
+    def operand(name, value, rows, cols):
+        shape = ([template.batch] if template.batch > 1 else []) + [rows, cols]
+        strides = ", ".join(str(sym.to_int(s)) for s in value.layout.stride)
+        return f"{name}{shape} (strides {strides})"
+    out = ([template.batch] if template.batch > 1 else []) + [template.m, template.n]
+    return (f"out{out} = {operand('a', template.a, template.m, template.k)} @ "
+            f"{operand('b', template.b, template.k, template.n)}, {str(template.dtype).replace('torch.', '')}, "
+            f"float32 accumulation")
+
+
+def _dot_options(template) -> str:
+    if template.dtype != torch.float32:
+        return ""
+    return ', input_precision="tf32"' if template.allow_tf32 else ', input_precision="ieee"'
+
+
+def render_matmul(env, name, template, params, signature, epilogue, *, needs_xmask, int64, origins, reads, writes,
+                  use_libdevice) -> str:
+    """The kernel source. ``params``: operand buffer name -> kernel parameter;
+    ``epilogue``: the code after the k loop (indented one level), which stores."""
+    batch = template.batch
+    a_b, a_m, a_k, a_offset = _operand_geometry(template.a, batch)
+    b_b, b_k, b_n, b_offset = _operand_geometry(template.b, batch)
+    a_name, b_name = template.operand_names
+    a_pointer = _pointer(params[a_name], [("bid", a_b), ("offs_m[:, None]", a_m), ("offs_k[None, :]", a_k)], a_offset)
+    b_pointer = _pointer(params[b_name],
+                         [("bid", b_b), ("offs_k[:, None]", b_k), ("offs_n[None, :]", b_n)], b_offset)
+    return env.get_template("mm.py.j2").render(
+        name=name, signature=signature, problem=_problem(template), origins=origins, reads=reads, writes=writes,
+        use_libdevice=use_libdevice, batch=batch, size_m=template.m, size_n=template.n, size_k=template.k,
+        int64=".to(tl.int64)" if int64 else "", a_pointer=a_pointer, b_pointer=b_pointer,
+        a_step=_step(a_k), b_step=_step(b_k), dot_options=_dot_options(template), needs_xmask=needs_xmask,
+        epilogue=epilogue.rstrip(),
+    )
+
+
+def block_signature(params) -> str:
+    return ", ".join(list(params) + [f"{b}: tl.constexpr" for b in BLOCK_NAMES])
+
+
+def plain_source(env, name, template, output_layout, use_libdevice) -> str:
+    """The template writing its output to ``out_ptr0`` (``output_layout``) and nothing
+    else, masked as for any config: the kernel that the choice step benchmarks."""
+    a_name, b_name = template.operand_names
+    params = {a_name: "in_ptr0"}
+    params.setdefault(b_name, "in_ptr1")     # x @ x.t() reads one buffer
+    coordinates = [BID, XM, XN] if len(output_layout.size) == 3 else [XM, XN]
+    # every coordinate, also of a dim of size 1: the store's pointers span the whole tile
+    index = texpr(sum((var * stride for var, stride in zip(coordinates, output_layout.stride)), sympy.Integer(0)))
+    epilogue = f"    tl.store(out_ptr0 + ({index}), acc, xmask)"
+    storage = max(output_layout.storage_size(), template.a.layout.storage_size(), template.b.layout.storage_size())
+    return render_matmul(env, name, template, params, block_signature(sorted(set(params.values())) + ["out_ptr0"]),
+                         epilogue, needs_xmask=True, int64=sym.to_int(storage) > 2**31 - 1,
+                         origins=", ".join(template.origins), reads=", ".join(params.values()), writes="out_ptr0",
+                         use_libdevice=use_libdevice)
+
+
+class TemplateEpilogueKernel(TritonKernel):
+    """TritonKernel's pointwise code generation run over a GEMM template's output tile:
+    the template's own value is its accumulator ``acc``, and every node's loop variables
+    are expressions of the tile's coordinates (xm, xn and the batch bid)."""
+
+    def __init__(self, group, internal, graph, ops_table, report_zero_division=False):
+        super().__init__(group, internal, graph, ops_table, None, "pointwise", {"x": group.x_numel},
+                         report_zero_division=report_zero_division)
+        self.template_node = group.template
+        template = self.template_node.buffer.data
+        blocks = template.config.kwargs
+        self.needs_xmask = bool(template.m % blocks["BLOCK_M"] or template.n % blocks["BLOCK_N"])
+        # rows and columns always (a store's pointers must span the whole tile), the batch when there is one
+        dims = ([(template.batch, BID)] if template.batch > 1 else []) + [(template.m, XM), (template.n, XN)]
+        self.tile_sizes = [sympy.Integer(size) for size, _ in dims]
+        self.tile_vars = [var for _, var in dims]
+
+    def generate(self):
+        """The template's store, then each epilogue node in order."""
+        template = self.template_node.buffer
+        for name in template.data.operand_names:
+            self.args.input(name)          # the operands are in_ptr0 (and in_ptr1)
+        layouts = sorted(self.group.node_layouts(), key=lambda entry: entry[0] is not self.template_node)
+        for node, x_sizes, r_sizes, kind in layouts:
+            self._set_node(node, x_sizes, r_sizes, kind)
+            with set_ops_handler(self):
+                if node is self.template_node:
+                    self.store(node.name, template.layout.index(self.plan.raw_x),
+                               CSEVariable("acc", template.get_dtype()))
+                else:
+                    node.buffer.body(self.plan.raw_x, [])
+
+    def _set_node(self, node, x_sizes, r_sizes, kind):
+        self.plan, _, _ = plan_and_deps(node.buffer, x_sizes, r_sizes)
+        self.node_kind = kind
+        self.x_symbols = self._tile_coordinates(self.plan.x_sizes)
+        self.r_symbols = []
+
+    def _tile_coordinates(self, sizes):
+        """The node's loop variables (over ``sizes``, row-major like the output) as
+        expressions of the tile coordinates: sums of them where each of the node's dims
+        merges whole output dims, else taken apart from the flat output position."""
+        groups = coarsening_groups(self.tile_sizes, sizes)
+        strides = sym.contiguous_strides(self.tile_sizes)
+        if groups is not None:
+            return [sympy.expand(sum((self.tile_vars[k] * strides[k] / strides[group[-1]] for k in group),
+                                     sympy.Integer(0))) for group in groups]
+        flat = sum((var * stride for var, stride in zip(self.tile_vars, strides)), sympy.Integer(0))
+        return sym.unflatten(flat, sizes)
+
+    def _block_shape(self) -> str:
+        return "[BLOCK_M, BLOCK_N]"
+
+
+def codegen_template(scheduling, group, env) -> None:
+    """Generate the template kernel of ``group`` (a template node and its epilogue nodes)
+    and its launch in the wrapper; ``env``: the jinja2 environment of the templates."""
+    template = group.template.buffer.data
+    internal = scheduling.scheduler.internal_buffers(group)
+    kernel = TemplateEpilogueKernel(group, internal, scheduling.graph, scheduling.ops_table,
+                                    report_zero_division=scheduling.reports_zero_division)
+    kernel.generate()
+    name = scheduling.wrapper.kernel_name("triton_tem", group.origins)
+    call_order = kernel.args.call_order()
+    params = {buffer: param for param, buffer in call_order}
+    flag = ["zero_division_ptr"] if kernel.checks_division else []
+    source = render_matmul(
+        env, name, template, params, block_signature([param for param, _ in call_order] + flag),
+        kernel.body_lines().getvalue(), needs_xmask=kernel.needs_xmask, int64=kernel.use_int64,
+        origins=", ".join(group.origins), reads=", ".join(kernel.args.inputs) or "-",
+        writes=", ".join(kernel.args.outputs) or "-", use_libdevice=scheduling.use_libdevice)
+    n_inputs = len(kernel.args.inputs)
+    mutated = list(range(n_inputs, n_inputs + len(kernel.args.outputs) + len(flag)))
+    numels = {"b": template.batch, "m": template.m, "n": template.n}
+    scheduling.wrapper.define_triton_kernel(name, source, "template", numels, [template.config], mutated,
+                                            scheduling.launcher_device, None)
+    scheduling.wrapper.allocate_outputs(group, internal)
+    buffers = [buffer for _, buffer in call_order]
+    if kernel.checks_division:
+        scheduling._call_reporting_zero_division(name, buffers, [])
+    else:
+        scheduling.wrapper.writeline(f"{name}.run({', '.join(buffers)})")
+    metrics.record_kernel(name)
