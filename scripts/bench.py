@@ -4,6 +4,9 @@
     python scripts/bench.py                                   # all workloads, best device
     python scripts/bench.py --device cpu --backends eager,inductor
     python scripts/bench.py --workloads softmax,norm --repeat 50 --out /tmp/bench
+    python scripts/bench.py --workloads mm_ --backends eager,inductor,inductor-max-autotune,tritonfuse-max-autotune
+
+A backend name may end in "-max-autotune": it is compiled with torch.compile(mode="max-autotune").
 
 For every workload of scripts/models.py the same inputs go to every backend. Eager runs
 first and is the reference: each compiled backend's first call (which compiles it) is
@@ -271,21 +274,31 @@ def _fresh_function(fn: Callable) -> Callable:
     return copy
 
 
+def split_mode(backend: str) -> tuple[str, str | None]:
+    """"inductor-max-autotune" -> ("inductor", "max-autotune"): a backend name may end in a
+    torch.compile mode."""
+    for mode in ("max-autotune",):
+        if backend.endswith("-" + mode):
+            return backend[:-len(mode) - 1], mode
+    return backend, None
+
+
 def compile_backend(workload: Workload, backend: str, inputs: tuple, expected: Any,
                     device: torch.device) -> tuple[Callable | None, Cell]:
     """Compile ``workload`` with ``backend`` and check its first result against eager.
     Returns (the compiled function, its cell so far) or (None, an error cell)."""
     atol, rtol = workload.tolerance
+    base, mode = split_mode(backend)
     try:
-        if backend == "tritonfuse":
+        if base == "tritonfuse":
             import tritonfuse.metrics
             tritonfuse.metrics.reset()
-        compiled = torch.compile(_fresh_function(workload.fn), backend=resolve_backend(backend))
+        compiled = torch.compile(_fresh_function(workload.fn), backend=resolve_backend(base), mode=mode)
         t0 = time.perf_counter()
         actual = compiled(*inputs)
         synchronize(device)
         compile_s = time.perf_counter() - t0
-        metrics = _tritonfuse_metrics() if backend == "tritonfuse" else {}
+        metrics = _tritonfuse_metrics() if base == "tritonfuse" else {}
         ok, max_err, why = compare(expected, actual, atol, rtol)
         del actual
     except Exception as exc:
@@ -394,8 +407,11 @@ def ratio_columns(backends: list[str]) -> list[tuple[str, str]]:
     """(baseline, backend) pairs to report: every compiled backend vs eager, and
     tritonfuse vs inductor when both ran."""
     pairs = [("eager", b) for b in backends if b != "eager"] if "eager" in backends else []
-    if "tritonfuse" in backends and "inductor" in backends:
-        pairs.append(("inductor", "tritonfuse"))
+    for mode in ("", "-max-autotune"):
+        if "tritonfuse" + mode in backends and "inductor" + mode in backends:
+            pairs.append(("inductor" + mode, "tritonfuse" + mode))
+    if "tritonfuse-max-autotune" in backends and "inductor" in backends:
+        pairs.append(("inductor", "tritonfuse-max-autotune"))
     return pairs
 
 
@@ -699,7 +715,7 @@ def main(argv: list[str] | None = None) -> int:
         if b == "eager":
             continue
         try:
-            resolve_backend(b)
+            resolve_backend(split_mode(b)[0])
         except BackendUnavailable as exc:
             unavailable[b] = str(exc)
             print(f"NOTE: backend {b!r} is skipped: {exc}", file=sys.stderr)

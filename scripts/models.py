@@ -213,6 +213,18 @@ def block_forward(block, x):
     return block(x)
 
 
+def mm_bias_gelu(x, w, b):
+    return F.gelu(x @ w + b)
+
+
+def mm_residual(x, w, r):
+    return x @ w + r
+
+
+def mm_to_bf16(x, w):
+    return (x @ w).to(torch.bfloat16)
+
+
 def _pair_maker(cpu_shape, gpu_shape, dtype):
     def make(device):
         shape = gpu_shape if _is_gpu(device) else cpu_shape
@@ -253,6 +265,33 @@ def _cross_entropy_maker(cpu_shape, gpu_shape):
         target = torch.randint(0, classes, (batch,), generator=gen, device=device)
         return (logits, target)
     return make
+
+
+def _gemm_maker(cpu_mnk, gpu_mnk, extra):
+    """x [M, K], w [K, N] in bf16 (scaled so that products stay O(1)), plus a bias [N]
+    ("bias"), a residual [M, N] ("residual") or nothing."""
+    def make(device):
+        m, n, k = gpu_mnk if _is_gpu(device) else cpu_mnk
+        x = _randn((m, k), device, torch.bfloat16, seed=0)
+        w = (_randn((k, n), device, seed=1) / math.sqrt(k)).to(torch.bfloat16)
+        if extra == "bias":
+            return (x, w, _randn((n,), device, torch.bfloat16, seed=2))
+        if extra == "residual":
+            return (x, w, _randn((m, n), device, torch.bfloat16, seed=2))
+        return (x, w)
+    return make
+
+
+def _gemm_workloads():
+    """The matmul rows at LLM shapes (M x N x K, bf16): with a bias + GELU epilogue, with a
+    residual epilogue, and cast to bf16 (a no-op on bf16: the plain matmul against cuBLAS)."""
+    rows = []
+    for label, gpu_mnk in (("4k", (4096, 4096, 4096)), ("8kx1k", (8192, 1024, 4096))):
+        for name, fn, extra in (("mm_bias_gelu", mm_bias_gelu, "bias"), ("mm_residual", mm_residual, "residual"),
+                                ("mm_to_bf16", mm_to_bf16, None)):
+            rows.append(Workload(f"{name}_{label}", fn, _gemm_maker((256, 256, 256), gpu_mnk, extra),
+                                 tolerance=(5e-2, 2e-2)))
+    return rows
 
 
 # The demo block as a benchmark: (batch, seq, dim, heads) per device type.
@@ -299,6 +338,7 @@ WORKLOADS: list[Workload] = [
              _single_maker((1024, 1024), (16384, 2048), torch.float32), tolerance=(1e-4, 1e-4)),
     Workload("transformer_block", block_forward, _make_block_workload_inputs,
              tolerance=(1e-3, 1e-3)),
+    *_gemm_workloads(),
 ]
 
 WORKLOADS_BY_NAME: dict[str, Workload] = {w.name: w for w in WORKLOADS}

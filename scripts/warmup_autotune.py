@@ -10,11 +10,14 @@ Every target is compiled with torch.compile(backend="tritonfuse") and called onc
 random inputs: the Triton launchers tune their kernels on that first call and store the
 winners in the autotune cache ($TRITONFUSE_AUTOTUNE_CACHE_DIR, or --cache-dir). Targets:
 
-  built-in  the demo TransformerBlock (scripts/models.py) at a few batch sizes, and
-            softmax / layer norm / RMS norm at typical shapes (small ones on the CPU)
+  built-in  the demo TransformerBlock (scripts/models.py) at a few batch sizes,
+            softmax / layer norm / RMS norm at typical shapes (small ones on the CPU), and
+            matmuls with epilogues at LLM shapes under mode="max-autotune" (their choice
+            between the GEMM template's configs and aten is stored too)
   --target  module:function or path/to/file.py:function (repeatable); --shapes gives its
             input shapes, "8x128,8x128" = two tensors (one --shapes for all targets, or
             one per --target in the same order); --dtype applies to every input
+  --max-autotune  compile every target with mode="max-autotune" (a model's matmuls too)
 
 On the CPU the Triton backend runs under Triton's interpreter (tuning forced), which is
 slow but makes the script testable without a GPU. Each result is checked against eager;
@@ -51,6 +54,7 @@ class Target:
     name: str
     fn: Callable[..., Any]
     make_inputs: Callable[[], tuple]
+    mode: str | None = None        # torch.compile's mode
 
 
 # --- built-in targets ---------------------------------------------------------------------
@@ -67,8 +71,30 @@ def rms_norm(x, w):
     return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype) * w
 
 
+def linear_gelu(x, w, b):
+    return F.gelu(x @ w + b)
+
+
+def linear_residual(x, w, r):
+    return x @ w + r
+
+
 def _randn(shape, device, dtype):
     return torch.randn(shape, device=device, dtype=torch.float32).to(dtype)
+
+
+def matmul_targets(device: str, dtype: torch.dtype) -> list[Target]:
+    """x [M, K] @ w [K, N] with a bias + GELU and with a residual, under max-autotune."""
+    sizes = [(37, 50, 29)] if device == "cpu" else [(4096, 4096, 4096), (8192, 1024, 4096), (8192, 4096, 1024)]
+    targets = []
+    for m, n, k in sizes:
+        targets.append(Target(f"gelu(x @ w + b) {m}x{n}x{k}", linear_gelu, lambda m=m, n=n, k=k: (
+            _randn((m, k), device, dtype), _randn((k, n), device, dtype) / k ** 0.5, _randn((n,), device, dtype)),
+            mode="max-autotune"))
+        targets.append(Target(f"x @ w + r {m}x{n}x{k}", linear_residual, lambda m=m, n=n, k=k: (
+            _randn((m, k), device, dtype), _randn((k, n), device, dtype) / k ** 0.5, _randn((m, n), device, dtype)),
+            mode="max-autotune"))
+    return targets
 
 
 def builtin_targets(device: str, dtype: torch.dtype) -> list[Target]:
@@ -98,7 +124,7 @@ def builtin_targets(device: str, dtype: torch.dtype) -> list[Target]:
             _randn((r, c), device, dtype), _randn((c,), device, dtype), _randn((c,), device, dtype))))
         targets.append(Target(f"rms_norm {r}x{c}", rms_norm, lambda r=r, c=c: (
             _randn((r, c), device, dtype), _randn((c,), device, dtype))))
-    return targets
+    return targets + matmul_targets(device, dtype)
 
 
 # --- user targets -------------------------------------------------------------------------
@@ -198,7 +224,7 @@ def run_target(target: Target, backend, dtype: torch.dtype, check: bool) -> dict
     row = {"name": target.name, "ok": True, "error": None}
     try:
         inputs = target.make_inputs()
-        compiled = torch.compile(target.fn, backend=backend)
+        compiled = torch.compile(target.fn, backend=backend, mode=target.mode)
         with torch.no_grad():
             result = compiled(*inputs)
             if check:
@@ -237,6 +263,8 @@ def parse_args(argv: list[str] | None):
                    help=f"default: {default_device}")
     p.add_argument("--mode", default="default", choices=["default", "max"],
                    help="how many launch configs to try per kernel")
+    p.add_argument("--max-autotune", action="store_true",
+                   help='compile every target with mode="max-autotune" (GEMM templates for matmuls)')
     p.add_argument("--builtin", action=argparse.BooleanOptionalAction, default=True,
                    help="include the built-in targets (default: yes)")
     p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
@@ -257,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         targets = builtin_targets(args.device, dtype) if args.builtin else []
         targets += user_targets(args.target, args.shapes, args.device, dtype)
+        if args.max_autotune:
+            targets = [dataclasses.replace(t, mode="max-autotune") for t in targets]
         backend = _resolve_backend(args.backend)
     except Exception as e:  # noqa: BLE001 - bad target spec or missing compiler
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)

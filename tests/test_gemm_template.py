@@ -27,14 +27,14 @@ TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 4e-2}
 
 
 @pytest.fixture(autouse=True)
-def max_autotune(monkeypatch, device, tmp_path):
+def max_autotune(request, monkeypatch, tmp_path):
     """Every compile under max-autotune, from scratch (no graph cache; an autotune cache of
     the test's own); on cuda, the template on every matmul that it takes (nothing
     benchmarked), so that the tests test the template rather than cuBLAS."""
     monkeypatch.setattr(config, "max_autotune", True)
     monkeypatch.setattr(config, "graph_cache", False)
     monkeypatch.setenv("TRITONFUSE_AUTOTUNE_CACHE_DIR", str(tmp_path / "autotune"))
-    if device == "cuda":
+    if "device" in request.fixturenames and request.getfixturevalue("device") == "cuda":
         monkeypatch.setattr(config, "gemm_backends", "triton")
         monkeypatch.setattr(config, "autotune", "none")
 
@@ -320,3 +320,44 @@ def test_generated_code_reads_like_a_matmul(device):
     kernel = sources[1]
     assert "# GEMM template: out[20, 17] = a[20, 16] (strides 16, 1) @ b[16, 17] (strides 17, 1)" in kernel
     assert "tl.store(out_ptr0 + (17*xm + xn)" in kernel
+
+
+# ---- the GPU flavour, compiled for Hopper without a GPU ----------------------------------------
+
+TRITON_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def test_cuda_kernels_compile_for_sm90(monkeypatch):
+    """The kernels the cuda column would run (libdevice math, every dtype, the largest tile)
+    are generated from CPU tensors and compiled for an H100 (sm_90) by Triton's own
+    compiler, offline: what the interpreter cannot check (static branches, tl.dot's
+    options, shared memory, wgmma) is checked on every machine with Triton's NVIDIA backend."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from tritonfuse.codegen.triton import scheduling
+    from tritonfuse.codegen.triton.overrides import TRITON_OPS
+    from tritonfuse.runtime.triton_launcher import TritonLauncher, load_kernel
+    if "nvidia" not in getattr(triton.backends, "backends", {}):
+        pytest.skip("this Triton has no NVIDIA backend")
+    cuda_like = scheduling.MatmulChoice(scheduling._templates, "cpu", tuple(TRITON_TYPES), use_libdevice=True)
+    monkeypatch.setattr(config, "cpu_backend", "triton")
+    monkeypatch.setattr(scheduling.InterpretedTritonScheduling, "ops_table", TRITON_OPS)
+    monkeypatch.setattr(scheduling.InterpretedTritonScheduling, "use_libdevice", True)
+    monkeypatch.setattr(scheduling.InterpretedTritonScheduling, "matmul_choice", cuda_like)
+    launches = []
+    monkeypatch.setattr(TritonLauncher, "run", lambda self, *args: launches.append((self, args)))   # never run
+    cases = [(lambda x, w, b: F.gelu(x @ w + b), torch.bfloat16, [(512, 256), (256, 512), (512,)]),
+             (lambda a, b: torch.bmm(a, b.transpose(1, 2)) * 0.5, torch.float32, [(4, 96, 64), (4, 80, 64)])]
+    for fn, dtype, shapes in cases:
+        torch._dynamo.reset()
+        launches.clear()
+        torch.compile(fn, backend="tritonfuse")(*[torch.randn(s).to(dtype) for s in shapes])
+        (launcher, args), = [(l, a) for l, a in launches if l.kind == "template"]
+        jit = load_kernel(launcher.name, launcher.source)
+        blocks = launcher.candidates[0]
+        signature = {p.name: "constexpr" if p.name in blocks.kwargs else "*" + TRITON_TYPES[a.dtype]
+                     for p, a in zip(jit.params, list(args) + [None] * len(blocks.kwargs))}
+        compiled = triton.compile(triton.compiler.ASTSource(jit, signature, dict(blocks.kwargs)),
+                                  target=GPUTarget("cuda", 90, 32),
+                                  options={"num_warps": blocks.num_warps, "num_stages": blocks.num_stages})
+        assert "tt.dot" in compiled.asm["ttir"] and compiled.asm["cubin"]

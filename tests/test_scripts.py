@@ -37,6 +37,7 @@ EXPECTED_WORKLOADS = {
     "pointwise_f32", "pointwise_bf16", "softmax_bf16", "softmax_long_f32", "x_sub_softmax",
     "layer_norm", "rms_norm", "sigmoid_sum_dim1", "column_sum", "transpose_add",
     "cross_entropy", "var_mean", "transformer_block",
+    *(f"{gemm}_{shape}" for gemm in ("mm_bias_gelu", "mm_residual", "mm_to_bf16") for shape in ("4k", "8kx1k")),
 }
 
 
@@ -55,6 +56,8 @@ def _expected_shapes(name: str, inputs: tuple) -> list[tuple]:
         return [tuple(x.shape[:-1])] * 2
     if name == "transformer_block":
         return [tuple(inputs[1].shape)]
+    if name.startswith("mm_"):
+        return [(x.shape[0], inputs[1].shape[1])]
     return [tuple(x.shape)]
 
 
@@ -189,6 +192,22 @@ def test_bench_reports_wrong_results_and_errors(tmp_path):
     assert report["summary"]["wrong_for_test_vs_eager"]["workloads"] == 0
     md = (out / "bench.md").read_text()
     assert "wrong_for_test FAIL" in md and "WRONG" in md and "error [" in md
+
+
+def test_bench_max_autotune_backends(tmp_path):
+    """"<backend>-max-autotune" compiles with mode="max-autotune" (on the CPU the C++
+    backend keeps the matmul on aten); both modes get their tritonfuse-vs-inductor ratios."""
+    assert bench.split_mode("inductor-max-autotune") == ("inductor", "max-autotune")
+    assert bench.split_mode("tritonfuse") == ("tritonfuse", None)
+    assert bench.ratio_columns(["eager", "inductor", "inductor-max-autotune", "tritonfuse-max-autotune"]) == [
+        ("eager", "inductor"), ("eager", "inductor-max-autotune"), ("eager", "tritonfuse-max-autotune"),
+        ("inductor-max-autotune", "tritonfuse-max-autotune"), ("inductor", "tritonfuse-max-autotune")]
+    out = tmp_path / "bench"
+    rc = bench.main(["--device", "cpu", "--backends", "eager,tritonfuse-max-autotune", "--workloads",
+                     "mm_residual_4k", "--repeat", "2", "--out", str(out)])
+    assert rc == 0
+    cell = json.loads((out / "bench.json").read_text())["results"][0]["cells"]["tritonfuse-max-autotune"]
+    assert cell["status"] == "ok" and "aten.mm.default" in cell["metrics"]["fallbacks"]
 
 
 def test_tritonfuse_backend_unavailable_is_reported(monkeypatch):

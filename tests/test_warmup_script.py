@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "warmup_autotune.py"
 
 
-def run_warmup(tmp_path, *args):
-    env = dict(os.environ, TRITONFUSE_CACHE_DIR=str(tmp_path / "cache"),
+def run_warmup(tmp_path, *args, graph_cache="cache"):
+    env = dict(os.environ, TRITONFUSE_CACHE_DIR=str(tmp_path / graph_cache),
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("TRITON_INTERPRET", None)
     proc = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--no-builtin",
@@ -71,5 +71,21 @@ def test_warmup_compiles_user_target_with_tritonfuse(tmp_path):
     assert counts["kernels tuned"] >= 1 and counts["cache hits"] == 0, first.stdout
     tuned = counts["kernels tuned"]
     second, counts = run_warmup(tmp_path, *target)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert counts == {"kernels tuned": 0, "cache hits": tuned}, second.stdout
+
+
+def test_warmup_max_autotune_covers_matmuls(tmp_path):
+    """--max-autotune: the matmul's choice (GEMM template configs against aten) is made and
+    stored on the first run; the second run (another process, no compiled graphs to reuse)
+    finds it, and every other tuning, in the autotune cache."""
+    target = ["--max-autotune", "--target", "tests/warmup_targets.py:matmul_relu_fn", "--shapes", "37x29,29x50"]
+    first, counts = run_warmup(tmp_path, *target)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert counts["kernels tuned"] >= 1 and counts["cache hits"] == 0, first.stdout
+    entries = [json.loads(p.read_text()) for p in (tmp_path / "autotune").glob("*.json")]
+    assert [e["kernel_name"] for e in entries if e.get("kind") == "gemm"] == ["mm 37x29 @ 29x50 float32"]
+    tuned = counts["kernels tuned"]
+    second, counts = run_warmup(tmp_path, *target, graph_cache="another_cache")
     assert second.returncode == 0, second.stdout + second.stderr
     assert counts == {"kernels tuned": 0, "cache hits": tuned}, second.stdout

@@ -9,6 +9,11 @@ def softmax_fn(x):
     return torch.softmax(x * 2.0, dim=-1)
 
 
+def matmul_relu_fn(x, w):
+    """Under --max-autotune: the GEMM template against aten, then the relu (fused or not)."""
+    return (x @ w).relu()
+
+
 _ADD_SOURCE = '''import triton
 import triton.language as tl
 
