@@ -283,20 +283,49 @@ def test_choice_is_benchmarked_once_then_cached(device, monkeypatch):
     assert (autotuner.stats.tuned, autotuner.stats.cache_hits) == (tuned, tuned)
 
 
-def test_aten_winning_means_a_fallback(device, monkeypatch):
-    if not has_template(device):
-        pytest.skip("no GEMM template on this column")
+def measured(monkeypatch, cache_dir, template_ms, aten_ms, round_trip_ms):
+    """The choice step benchmarks under the interpreter and measures these timings (kept in
+    the autotune cache ``cache_dir``)."""
+    monkeypatch.setenv("TRITONFUSE_AUTOTUNE_CACHE_DIR", str(cache_dir))
     monkeypatch.setattr(config, "gemm_backends", "aten,triton")
     monkeypatch.setattr(config, "autotune", "default")
     monkeypatch.setattr(config, "autotune_under_interpreter", True)
 
-    def aten_wins(self, template, output_layout, source, choices):
-        return gemm_choice.ATEN, {str(c): 2.0 for c in choices if c is not gemm_choice.ATEN} | {"aten": 1.0}
-    monkeypatch.setattr(gemm_choice.MatmulChoice, "_benchmark", aten_wins)
+    def benchmark(self, template, output_layout, source, choices):
+        configs = [c for c in choices if c is not gemm_choice.ATEN]
+        timings = {str(c): template_ms + i for i, c in enumerate(configs)}
+        return configs[0], timings | {"aten": aten_ms, gemm_choice.ROUND_TRIP: round_trip_ms}
+    monkeypatch.setattr(gemm_choice.MatmulChoice, "_benchmark", benchmark)
+
+
+def test_aten_faster_even_with_an_epilogue_falls_back(device, monkeypatch, tmp_path):
+    if not has_template(device):
+        pytest.skip("no GEMM template on this column")
+    measured(monkeypatch, tmp_path, template_ms=2.0, aten_ms=1.0, round_trip_ms=0.5)
     x, w = rand(20, 16, device=device), rand(16, 17, device=device)
     check(lambda x, w: (x @ w).relu(), x, w)
     assert template_kernels() == []
-    assert "aten was faster" in metrics.fallbacks["aten.mm.default"]
+    assert "even with an epilogue fused" in metrics.fallbacks["aten.mm.default"]
+
+
+def test_template_kept_where_fusing_its_epilogue_pays(device, monkeypatch, tmp_path):
+    """The template is slower than aten alone but not than aten plus an epilogue kernel:
+    it runs where an epilogue fused into it, aten runs where none did."""
+    if not has_template(device):
+        pytest.skip("no GEMM template on this column")
+    measured(monkeypatch, tmp_path / "first", template_ms=1.0, aten_ms=0.9, round_trip_ms=0.5)
+    x, w = rand(20, 16, device=device), rand(16, 17, device=device)
+    check(lambda x, w: (x @ w).relu(), x, w)
+    assert len(template_kernels()) == 1 and metrics.generated_kernel_count == 1
+    for i, fn in enumerate((lambda x, w: x @ w, lambda x, w: (lambda y: (y, y.relu() * 2))(x @ w))):
+        torch._dynamo.reset()
+        metrics.reset()
+        # with y stored, fusing saves 0.25
+        measured(monkeypatch, tmp_path / str(i), template_ms=1.0, aten_ms=0.7, round_trip_ms=0.5)
+        sources = check(fn, x, w)
+        assert template_kernels() == []
+        assert "aten was faster" in metrics.fallbacks["aten.mm.default"]
+        assert "torch.ops.aten.mm.default(arg0, arg1)" in sources[0]
 
 
 def test_large_shapes_choose_and_stay_right(device, monkeypatch):

@@ -174,7 +174,9 @@ class MatmulTemplate:
     rounded once to ``dtype``: what a GEMM template kernel computes (lowering/matmul.py).
     ``a`` and ``b`` are buffers or strided views, [M, K] and [K, N] for an mm (batch 1),
     [batch, M, K] and [batch, K, N] for a bmm; ``config`` is the launch config (blocks,
-    warps, stages) that the choice step picked for these sizes."""
+    warps, stages) that the choice step picked for these sizes, ``timings`` what it
+    measured against the aten op ``aten_op`` (the code generator decides with them once it
+    knows whether an epilogue fused)."""
     device: torch.device
     dtype: torch.dtype
     a: IRNode
@@ -184,7 +186,9 @@ class MatmulTemplate:
     n: int
     k: int
     allow_tf32: bool
-    config: object
+    aten_op: object
+    config: object = None
+    timings: object = None
     origins: tuple = ()
 
     @property

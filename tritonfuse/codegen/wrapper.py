@@ -139,6 +139,13 @@ class WrapperCodeGen:
         for out in kernel.outputs:
             self.allocated.add(out.name)
 
+    def codegen_aten_call(self, output_name, op, args, reason):
+        """``output_name = op(*args)``: an aten op (``torch.ops.aten.mm.default``) whose one
+        result is a buffer, with a comment saying why it runs on aten."""
+        self.writeline(f"# aten: {op} ({reason})")
+        self.writeline(f"{output_name} = torch.ops.{op}({', '.join(py_literal(a) for a in args)})")
+        self.allocated.add(output_name)
+
     def free(self, names):
         names = sorted(n for n in names if n in self.allocated)
         if names:

@@ -86,13 +86,16 @@ def matmul_template(a, b, fx_operands, origin) -> TensorBox:
     operands = [graph.strided_input(value, fx_value) for value, fx_value in zip((a, b), fx_operands)]
     if not all(operand.layout.is_static() for operand in operands):
         raise Unsupported("the GEMM template needs static strides")
+    batched = len(a.get_size()) == 3
     template = MatmulTemplate(device, dtype, *operands, batch=batch, m=m, n=n, k=k,
-                              allow_tf32=device.type == "cuda" and cuda_matmul_allows_tf32(), config=None,
-                              origins=(origin,))
-    layout = Layout.contiguous(device, dtype, ([batch] if len(a.get_size()) == 3 else []) + [m, n])
-    template.config, why = choice.choose(template, layout)
+                              allow_tf32=device.type == "cuda" and cuda_matmul_allows_tf32(),
+                              aten_op=aten.bmm.default if batched else aten.mm.default, origins=(origin,))
+    layout = Layout.contiguous(device, dtype, ([batch] if batched else []) + [m, n])
+    template.config, template.timings, why = choice.choose(template, layout)
     if template.config is None:
         raise Unsupported(why)
+    if not template.timings.prefers_template(epilogue=True, output_stored=False):
+        raise Unsupported(f"aten was faster than the GEMM template, even with an epilogue fused ({template.timings})")
     buffer = TemplateBuffer(name=None, layout=layout, data=template)
     graph.register_buffer(buffer)
     return TensorBox(StorageBox(buffer))

@@ -1,25 +1,29 @@
 """The choice step of max-autotune: for one matmul, the GEMM template's configs against the
-aten call (cuBLAS on GPUs), decided at compile time.
+aten call (cuBLAS on GPUs), measured at compile time.
 
 Every candidate runs the plain template (its output stored, no epilogue) or the aten op on
-random operands with the matmul's sizes, strides and dtype; the fastest wins and is
-logged. Decisions go through the autotune cache (key: the plain kernel's source, the
-candidates, the device and the versions), so a later compile of the same matmul, in any
-process, benchmarks nothing. ``config.gemm_backends`` says which of aten and the template
-may win. Nothing is benchmarked under ``config.autotune == "none"``, nor under Triton's
-interpreter (its timings mean nothing; unless ``config.autotune_under_interpreter``): the
-first candidate wins, the template's heuristic config when the template may be used.
+random operands with the matmul's sizes, strides and dtype, and one elementwise pass over
+the output is timed too: what fusing an epilogue into the template saves (the product's
+write and read, and a launch). The template is kept where it beats aten plus that saving
+(``MatmulTimings``); whether an epilogue did fuse is known after scheduling, where the
+final decision is made (gemm_template.py). Measurements go through the autotune cache
+(key: the plain kernel's source, the candidates, the device and the versions), so a later
+compile of the same matmul, in any process, benchmarks nothing. ``config.gemm_backends``
+says whether aten may win. Nothing is benchmarked under ``config.autotune == "none"``,
+nor under Triton's interpreter (its timings mean nothing; unless
+``config.autotune_under_interpreter``): the template's heuristic config is used.
 """
 import functools
 import logging
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
 from ... import config as tf_config
 from ...runtime import autotuner
 from ...runtime.gemm_heuristics import mm_configs
-from ...runtime.heuristics import MAX_GRID_YZ
+from ...runtime.heuristics import MAX_GRID_YZ, Config
 from .gemm_template import plain_source
 
 log = logging.getLogger("tritonfuse")
@@ -27,6 +31,7 @@ log = logging.getLogger("tritonfuse")
 # The plain kernel's name: one name for every matmul, so that equal problems give equal
 # sources (and autotune cache keys) whatever graph they come from.
 PLAIN_KERNEL_NAME = "triton_tem_mm"
+ROUND_TRIP = "round trip"      # the timing of one elementwise pass over the output
 
 
 @dataclass(frozen=True)
@@ -44,9 +49,34 @@ class AtenCall:
 ATEN = AtenCall()
 
 
+@dataclass(frozen=True)
+class MatmulTimings:
+    """What the choice step measured for one matmul, in ms (None: not measured): the best
+    template config, the aten call, and one elementwise pass over the output."""
+    template_ms: Optional[float] = None
+    aten_ms: Optional[float] = None
+    round_trip_ms: Optional[float] = None
+    cached: bool = False
+
+    def prefers_template(self, epilogue: bool, output_stored: bool) -> bool:
+        """Whether the template beats aten followed (with an epilogue) by the epilogue's own
+        kernel. Fusing saves that kernel's round trip over the product, or only its read
+        of it when the product is stored anyway (another kernel reads it)."""
+        if self.template_ms is None or self.aten_ms is None:
+            return True
+        saved = 0.0 if not epilogue else (self.round_trip_ms or 0.0) / (2 if output_stored else 1)
+        return self.template_ms < self.aten_ms + saved
+
+    def __str__(self):
+        if self.template_ms is None:
+            return "not benchmarked"
+        return (f"template {_ms(self.template_ms)}, aten {_ms(self.aten_ms)}, an elementwise pass over the "
+                f"output {_ms(self.round_trip_ms)}" + (", from the autotune cache" if self.cached else ""))
+
+
 class MatmulChoice:
-    """The GEMM template of one Triton backend: which matmuls it takes, and for each, the
-    config that beat aten (or None: aten is kept)."""
+    """The GEMM template of one Triton backend: which matmuls it takes, its best config for
+    each and how that compares with aten."""
 
     def __init__(self, env, device_type, dtypes, use_libdevice):
         self.env = env
@@ -66,40 +96,46 @@ class MatmulChoice:
         return ""
 
     def choose(self, template, output_layout):
-        """(the template config to use, or None for aten; a line saying why)."""
+        """(the template's best config, its ``MatmulTimings``, a note): config None when no
+        config of the template runs here (the note says why)."""
         candidates = mm_configs(template.batch, template.m, template.n, template.k, template.dtype.itemsize,
                                 min_programs=self._min_programs(template.device),
                                 shared_memory=self._shared_memory(template.device),
                                 tensor_cores=template.dtype != torch.float32 or template.allow_tf32)
         if not candidates:
-            return None, "no GEMM template config fits this device"
+            return None, MatmulTimings(), "no GEMM template config fits this device"
         choices = list(candidates) + ([ATEN] if "aten" in _allowed_backends() else [])
         if len(choices) == 1 or tf_config.autotune == "none" or \
                 (self.device_type == "cpu" and not tf_config.autotune_under_interpreter):
-            why = f"GEMM template {choices[0]} (heuristic, not benchmarked)"
-            log.info("tritonfuse: max-autotune: mm %s uses the %s", _shape(template), why)
-            return choices[0], why
+            return self._chosen(template, candidates[0], MatmulTimings())
         import autotune_cache
         source = plain_source(self.env, PLAIN_KERNEL_NAME, template, output_layout, self.use_libdevice)
         device, versions = self._device_name(template.device), autotune_cache.current_versions()
         key = autotune_cache.make_key(source, [c.to_dict() for c in choices], device, versions)
         cache = autotune_cache.AutotuneCache()
         entry = cache.get(key)
-        found = next((c for c in choices if entry is not None and c.to_dict() == entry["config"]), None)
-        if found is not None:
+        best = next((c for c in candidates if entry is not None and c.to_dict() == entry["config"]), None)
+        cached = best is not None
+        if cached:
             autotuner.stats.cache_hits += 1
-            best, timings = found, entry["timings_ms"]
+            timings = entry["timings_ms"]
         else:
             best, timings = self._benchmark(template, output_layout, source, choices)
             if best is None:
-                return None, "every template config failed to run"
+                return None, MatmulTimings(), "every GEMM template config failed to run"
             self._store(cache, key, source, template, best, timings, choices, device, versions)
-        return self._decision(template, best, timings, cached=found is not None)
+        return self._chosen(template, best, MatmulTimings(timings[str(best)], timings.get(str(ATEN)),
+                                                          timings.get(ROUND_TRIP), cached=cached))
+
+    @staticmethod
+    def _chosen(template, config, timings):
+        log.info("tritonfuse: max-autotune: mm %s: GEMM template %s (%s)", _shape(template), config, timings)
+        return config, timings, ""
 
     # ---- benchmarking -----------------------------------------------------------------
     def _benchmark(self, template, output_layout, source, choices):
-        """(fastest choice, {choice: ms}) on real random operands: outside the fake-tensor
-        mode that the compile runs in."""
+        """(the fastest template config or None, {choice: ms} with the round trip) on real
+        random operands: outside the fake-tensor mode that the compile runs in."""
         from torch._subclasses.fake_tensor import unset_fake_temporarily
         with unset_fake_temporarily():
             return self._benchmark_real(template, output_layout, source, choices)
@@ -121,10 +157,16 @@ class MatmulChoice:
                                                    [len(args) - 1], self.device_type, configs=[choice])
             launchers[choice].run(*args)
         try:
-            return autotuner.select_best(choices, launch, args, [], name=f"mm {_shape(template)}")
+            _, timings = autotuner.select_best(choices, launch, args, [], name=f"mm {_shape(template)}")
         except autotuner.AutotuneError as error:
             log.warning("tritonfuse: %s", error)
             return None, {}
+        ran = [c for c in choices if isinstance(c, Config) and str(c) in timings]
+        if not ran:
+            return None, timings
+        scratch = torch.empty_like(out)
+        timings[ROUND_TRIP] = autotuner.benchmark(lambda: torch.neg(out, out=scratch), device_type=out.device.type)
+        return min(ran, key=lambda c: timings[str(c)]), timings
 
     def _store(self, cache, key, source, template, best, timings, choices, device, versions):
         import autotune_cache
@@ -135,19 +177,6 @@ class MatmulChoice:
             cache.put(key, entry)
         except OSError as error:
             log.warning("tritonfuse: could not write the autotune cache: %s", error)
-
-    @staticmethod
-    def _decision(template, best, timings, cached):
-        aten_ms = timings.get(str(ATEN))
-        template_ms = min((ms for name, ms in timings.items() if name != str(ATEN)), default=None)
-        measured = f"best template {_ms(template_ms)}, aten {_ms(aten_ms)}" + (" (autotune cache)" if cached else "")
-        if best is ATEN:
-            why = f"aten was faster than the GEMM template ({measured})"
-            log.info("tritonfuse: max-autotune: mm %s runs on aten: %s", _shape(template), why)
-            return None, why
-        why = f"GEMM template {best} ({measured})"
-        log.info("tritonfuse: max-autotune: mm %s uses the %s", _shape(template), why)
-        return best, why
 
     # ---- the device ---------------------------------------------------------------------
     def _min_programs(self, device) -> int:

@@ -11,6 +11,8 @@ template's group) run on the output tile while it is still in registers.
 Sizes and strides are static: they are printed into the source, so Triton knows which
 operand dims are contiguous and which sizes divide the blocks.
 """
+import dataclasses
+
 import sympy
 import torch
 
@@ -100,9 +102,11 @@ def plain_source(env, name, template, output_layout, use_libdevice) -> str:
     a_name, b_name = template.operand_names
     params = {a_name: "in_ptr0"}
     params.setdefault(b_name, "in_ptr1")     # x @ x.t() reads one buffer
-    coordinates = [BID, XM, XN] if len(output_layout.size) == 3 else [XM, XN]
-    # every coordinate, also of a dim of size 1: the store's pointers span the whole tile
-    index = texpr(sum((var * stride for var, stride in zip(coordinates, output_layout.stride)), sympy.Integer(0)))
+    # rows and columns also where their size is 1 (the store's pointers span the whole
+    # tile); the batch where there is one (a bmm of batch 1 has no bid)
+    coordinates = ([BID] if template.batch > 1 else []) + [XM, XN]
+    strides = output_layout.stride[len(output_layout.stride) - len(coordinates):]
+    index = texpr(sum((var * stride for var, stride in zip(coordinates, strides)), sympy.Integer(0)))
     epilogue = f"    tl.store(out_ptr0 + ({index}), acc, xmask)"
     storage = max(output_layout.storage_size(), template.a.layout.storage_size(), template.b.layout.storage_size())
     return render_matmul(env, name, template, params, block_signature(sorted(set(params.values())) + ["out_ptr0"]),
@@ -165,11 +169,16 @@ class TemplateEpilogueKernel(TritonKernel):
         return "[BLOCK_M, BLOCK_N]"
 
 
-def codegen_template(scheduling, group, env) -> None:
+def codegen_template(scheduling, group, internal, env) -> None:
     """Generate the template kernel of ``group`` (a template node and its epilogue nodes)
-    and its launch in the wrapper; ``env``: the jinja2 environment of the templates."""
-    template = group.template.buffer.data
-    internal = scheduling.scheduler.internal_buffers(group)
+    and its launch in the wrapper, or, where aten plus the epilogue's own kernel measured
+    faster, those; ``env``: the jinja2 environment of the templates."""
+    node = group.template
+    template = node.buffer.data
+    epilogue = [n for n in group.nodes if n is not node]
+    if not template.timings.prefers_template(bool(epilogue), output_stored=node.name not in internal):
+        _codegen_on_aten(scheduling, group, internal)
+        return
     kernel = TemplateEpilogueKernel(group, internal, scheduling.graph, scheduling.ops_table,
                                     report_zero_division=scheduling.reports_zero_division)
     kernel.generate()
@@ -194,3 +203,16 @@ def codegen_template(scheduling, group, env) -> None:
     else:
         scheduling.wrapper.writeline(f"{name}.run({', '.join(buffers)})")
     metrics.record_kernel(name)
+
+
+def _codegen_on_aten(scheduling, group, internal) -> None:
+    """The matmul as its aten op, then its epilogue nodes as a kernel of their own."""
+    node = group.template
+    template = node.buffer.data
+    reason = f"aten was faster than the GEMM template ({template.timings})"
+    metrics.fallbacks[str(template.aten_op)] = reason
+    scheduling.wrapper.codegen_aten_call(node.name, template.aten_op, [template.a, template.b], reason)
+    epilogue = [n for n in group.nodes if n is not node]
+    if epilogue:
+        rest = dataclasses.replace(group, nodes=epilogue, names={n.name for n in epilogue})
+        scheduling.codegen_loops(rest, internal - {node.name})

@@ -49,16 +49,21 @@ class TritonScheduling(BackendScheduling):
         return True
 
     def codegen_node(self, group) -> None:
+        internal = self.scheduler.internal_buffers(group)
         if group.template is not None:
-            codegen_template(self, group, _templates)
-            return
+            codegen_template(self, group, internal, _templates)
+        else:
+            self.codegen_loops(group, internal)
+
+    def codegen_loops(self, group, internal) -> None:
+        """The kernel of a group of loop nodes (pointwise, reductions) and its call;
+        ``internal``: the buffers that live only inside the kernel."""
         hint = self._reduction_hint(group) if group.r_numel != 1 else None
         kind, numels = self._kind(group, hint)
         static = all(sym.is_static(n) for n in numels.values())
         # symbolic sizes: the launcher picks configs at each launch from the actual sizes
         configs = candidate_configs(kind, {k: sym.to_int(v) for k, v in numels.items()}, config.autotune,
                                     hint=hint) if static else None
-        internal = self.scheduler.internal_buffers(group)
         prefix = {"pointwise": "triton_poi", "pointwise_2d": "triton_poi_tiled", "persistent_reduction": "triton_per",
                   "reduction": "triton_red"}[kind]
         name = self.wrapper.kernel_name(prefix, group.origins)
