@@ -328,6 +328,23 @@ def test_template_kept_where_fusing_its_epilogue_pays(device, monkeypatch, tmp_p
         assert "torch.ops.aten.mm.default(arg0, arg1)" in sources[0]
 
 
+def test_addmm_bias_alone_is_no_epilogue_to_fuse(device, monkeypatch, tmp_path):
+    """An addmm's bias is added by aten.addmm too: with nothing else to fuse, a template
+    slower than aten gives way to the addmm itself; with an activation, it stays."""
+    if not has_template(device):
+        pytest.skip("no GEMM template on this column")
+    c, x, w = rand(17, device=device), rand(20, 16, device=device), rand(16, 17, device=device)
+    measured(monkeypatch, tmp_path / "first", template_ms=1.0, aten_ms=0.9, round_trip_ms=0.5)
+    sources = check(lambda c, x, w: torch.addmm(c, x, w, beta=0.5), c, x, w)
+    assert template_kernels() == [] and metrics.generated_kernel_count == 0
+    assert "torch.ops.aten.addmm.default(arg0, arg1, arg2, beta=0.5, alpha=1)" in sources[0]
+    torch._dynamo.reset()
+    metrics.reset()
+    measured(monkeypatch, tmp_path / "second", template_ms=1.0, aten_ms=0.9, round_trip_ms=0.5)
+    check(lambda c, x, w: torch.addmm(c, x, w).relu(), c, x, w)
+    assert len(template_kernels()) == 1 and metrics.generated_kernel_count == 1
+
+
 def test_large_shapes_choose_and_stay_right(device, monkeypatch):
     """cuda only: the real choice (template configs against cuBLAS) at an LLM-like shape."""
     if device != "cuda":

@@ -176,7 +176,8 @@ class MatmulTemplate:
     [batch, M, K] and [batch, K, N] for a bmm; ``config`` is the launch config (blocks,
     warps, stages) that the choice step picked for these sizes, ``timings`` what it
     measured against the aten op ``aten_op`` (the code generator decides with them once it
-    knows whether an epilogue fused)."""
+    knows whether an epilogue fused). ``addmm``: (bias, beta, alpha) of an addmm, whose
+    bias the template's consumers add; where aten runs it, aten.addmm adds it instead."""
     device: torch.device
     dtype: torch.dtype
     a: IRNode
@@ -189,6 +190,7 @@ class MatmulTemplate:
     aten_op: object
     config: object = None
     timings: object = None
+    addmm: tuple = None
     origins: tuple = ()
 
     @property

@@ -139,11 +139,12 @@ class WrapperCodeGen:
         for out in kernel.outputs:
             self.allocated.add(out.name)
 
-    def codegen_aten_call(self, output_name, op, args, reason):
-        """``output_name = op(*args)``: an aten op (``torch.ops.aten.mm.default``) whose one
+    def codegen_aten_call(self, output_name, op, args, kwargs, reason):
+        """``output_name = op(*args, **kwargs)``: an aten op (``aten.mm.default``) whose one
         result is a buffer, with a comment saying why it runs on aten."""
+        arguments = [py_literal(a) for a in args] + [f"{k}={py_literal(v)}" for k, v in kwargs.items()]
         self.writeline(f"# aten: {op} ({reason})")
-        self.writeline(f"{output_name} = torch.ops.{op}({', '.join(py_literal(a) for a in args)})")
+        self.writeline(f"{output_name} = torch.ops.{op}({', '.join(arguments)})")
         self.allocated.add(output_name)
 
     def free(self, names):

@@ -48,7 +48,10 @@ def bmm(a, b):
 
 @register_lowering(aten.addmm)
 def addmm(bias, a, b, *, beta=1, alpha=1):
-    product = matmul_template(a, b, _fx_operands(1, 2), "addmm")
+    from ..graph import current_graph
+    graph = current_graph()
+    addmm_call = (lambda: (graph.strided_input(bias, graph.current_node.args[0]), beta, alpha))
+    product = matmul_template(a, b, _fx_operands(1, 2), "addmm", addmm_call)
     bias = expand(bias, product.get_size())
 
     def add_bias(bias_value, product_value):
@@ -60,8 +63,10 @@ def addmm(bias, a, b, *, beta=1, alpha=1):
     return make_pointwise(add_bias, [bias, product], torch.float32, product.get_dtype(), origin="addmm")
 
 
-def matmul_template(a, b, fx_operands, origin) -> TensorBox:
-    """The template's output for ``a @ b`` (2-d, or 3-d for bmm), or ``Unsupported``."""
+def matmul_template(a, b, fx_operands, origin, addmm_call=None) -> TensorBox:
+    """The template's output for ``a @ b`` (2-d, or 3-d for bmm), or ``Unsupported``.
+    ``addmm_call() -> (bias, beta, alpha)``: for an addmm, its bias as a buffer (realized
+    only when the template is taken) and scales."""
     from ..graph import current_graph
     graph = current_graph()
     if not graph.options.max_autotune:
@@ -96,6 +101,7 @@ def matmul_template(a, b, fx_operands, origin) -> TensorBox:
         raise Unsupported(why)
     if not template.timings.prefers_template(epilogue=True, output_stored=False):
         raise Unsupported(f"aten was faster than the GEMM template, even with an epilogue fused ({template.timings})")
+    template.addmm = addmm_call() if addmm_call is not None else None
     buffer = TemplateBuffer(name=None, layout=layout, data=template)
     graph.register_buffer(buffer)
     return TensorBox(StorageBox(buffer))

@@ -22,6 +22,8 @@ from ...virtualized import set_ops_handler
 from ..common import CSEVariable
 from .kernel import TritonKernel, texpr
 
+aten = torch.ops.aten
+
 BLOCK_NAMES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
 # The output tile's coordinates in the template: rows, columns, batch (grid axis 1).
 XM = sympy.Symbol("xm", integer=True, nonnegative=True)
@@ -176,7 +178,9 @@ def codegen_template(scheduling, group, internal, env) -> None:
     node = group.template
     template = node.buffer.data
     epilogue = [n for n in group.nodes if n is not node]
-    if not template.timings.prefers_template(bool(epilogue), output_stored=node.name not in internal):
+    # an addmm's bias alone is no epilogue that fusing saves: aten.addmm adds it too
+    fused = bool(epilogue) and _addmm_bias_node(group) is None
+    if not template.timings.prefers_template(fused, output_stored=node.name not in internal):
         _codegen_on_aten(scheduling, group, internal)
         return
     kernel = TemplateEpilogueKernel(group, internal, scheduling.graph, scheduling.ops_table,
@@ -205,13 +209,32 @@ def codegen_template(scheduling, group, internal, env) -> None:
     metrics.record_kernel(name)
 
 
+def _addmm_bias_node(group):
+    """The group's one epilogue node when it only adds an addmm's bias (and the addmm's
+    output layout, as aten.addmm writes it), else None."""
+    node = group.template
+    epilogue = [n for n in group.nodes if n is not node]
+    if node.buffer.data.addmm is None or len(epilogue) != 1 or epilogue[0].origins != ("addmm",):
+        return None
+    layout = epilogue[0].buffer.layout
+    return epilogue[0] if list(layout.stride) == sym.contiguous_strides(layout.size) else None
+
+
 def _codegen_on_aten(scheduling, group, internal) -> None:
-    """The matmul as its aten op, then its epilogue nodes as a kernel of their own."""
+    """The matmul as its aten op (the addmm, when the epilogue is only its bias), then its
+    epilogue nodes as a kernel of their own."""
     node = group.template
     template = node.buffer.data
     reason = f"aten was faster than the GEMM template ({template.timings})"
+    bias_node = _addmm_bias_node(group)
+    if bias_node is not None:
+        bias, beta, alpha = template.addmm
+        metrics.fallbacks[str(aten.addmm.default)] = reason
+        scheduling.wrapper.codegen_aten_call(bias_node.name, aten.addmm.default, [bias, template.a, template.b],
+                                             {"beta": beta, "alpha": alpha}, reason)
+        return
     metrics.fallbacks[str(template.aten_op)] = reason
-    scheduling.wrapper.codegen_aten_call(node.name, template.aten_op, [template.a, template.b], reason)
+    scheduling.wrapper.codegen_aten_call(node.name, template.aten_op, [template.a, template.b], {}, reason)
     epilogue = [n for n in group.nodes if n is not node]
     if epilogue:
         rest = dataclasses.replace(group, nodes=epilogue, names={n.name for n in epilogue})
