@@ -110,10 +110,10 @@ def _fail_symbolic_compiles(monkeypatch):
     from tritonfuse import compile_fx
     real = compile_fx._compile_graph
 
-    def only_static(gm, example_inputs, graph_id, sizevars):
+    def only_static(gm, example_inputs, graph_id, sizevars, *options):
         if sizevars.shape_env is not None and not sizevars.specialize:
             raise NotImplementedError("pretend: this graph needs concrete sizes")
-        return real(gm, example_inputs, graph_id, sizevars)
+        return real(gm, example_inputs, graph_id, sizevars, *options)
     monkeypatch.setattr(compile_fx, "_compile_graph", only_static)
 
 

@@ -403,7 +403,11 @@ def test_cuda_kernels_compile_for_sm90(monkeypatch):
         blocks = launcher.candidates[0]
         signature = {p.name: "constexpr" if p.name in blocks.kwargs else "*" + TRITON_TYPES[a.dtype]
                      for p, a in zip(jit.params, list(args) + [None] * len(blocks.kwargs))}
-        compiled = triton.compile(triton.compiler.ASTSource(jit, signature, dict(blocks.kwargs)),
+        # as a launch specializes them: tensors 16-byte aligned
+        aligned = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(args)}
+        compiled = triton.compile(triton.compiler.ASTSource(jit, signature, dict(blocks.kwargs), aligned),
                                   target=GPUTarget("cuda", 90, 32),
                                   options={"num_warps": blocks.num_warps, "num_stages": blocks.num_stages})
         assert "tt.dot" in compiled.asm["ttir"] and compiled.asm["cubin"]
+        if dtype == torch.bfloat16:     # tensor cores, and the k loop's loads pipelined
+            assert "warp_group_dot" in compiled.asm["ttgir"] and "async_copy" in compiled.asm["ttgir"]

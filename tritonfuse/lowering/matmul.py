@@ -50,7 +50,9 @@ def bmm(a, b):
 def addmm(bias, a, b, *, beta=1, alpha=1):
     from ..graph import current_graph
     graph = current_graph()
-    addmm_call = (lambda: (graph.strided_input(bias, graph.current_node.args[0]), beta, alpha))
+
+    def addmm_call():
+        return graph.strided_input(bias, graph.current_node.args[0]), beta, alpha
     product = matmul_template(a, b, _fx_operands(1, 2), "addmm", addmm_call)
     bias = expand(bias, product.get_size())
 
