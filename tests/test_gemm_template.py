@@ -411,3 +411,19 @@ def test_cuda_kernels_compile_for_sm90(monkeypatch):
         assert "tt.dot" in compiled.asm["ttir"] and compiled.asm["cubin"]
         if dtype == torch.bfloat16:     # tensor cores, and the k loop's loads pipelined
             assert "warp_group_dot" in compiled.asm["ttgir"] and "async_copy" in compiled.asm["ttgir"]
+
+
+def test_compile_options(monkeypatch, caplog):
+    from tritonfuse.compile_options import CompileOptions
+    monkeypatch.setattr(config, "max_autotune", False)
+    assert not CompileOptions.from_torch_compile().max_autotune
+    assert CompileOptions.from_torch_compile("max-autotune").max_autotune
+    assert CompileOptions.from_torch_compile("max-autotune-no-cudagraphs").max_autotune
+    assert CompileOptions.from_torch_compile(None, {"max_autotune": True}).max_autotune
+    monkeypatch.setattr(config, "max_autotune", True)          # TRITONFUSE_MAX_AUTOTUNE=1
+    assert CompileOptions.from_torch_compile("default").max_autotune
+    assert not CompileOptions.from_torch_compile(None, {"max_autotune": False}).max_autotune
+    with caplog.at_level("WARNING", logger="tritonfuse"):
+        CompileOptions.from_torch_compile(None, {"no_such_option_for_test": 1})
+        CompileOptions.from_torch_compile(None, {"no_such_option_for_test": 1})
+    assert caplog.text.count("ignoring torch.compile's option 'no_such_option_for_test'") == 1

@@ -19,6 +19,7 @@ log = logging.getLogger("tritonfuse")
 MAX_AUTOTUNE_MODES = ("max-autotune", "max-autotune-no-cudagraphs")
 KNOWN_MODES = (None, "default") + MAX_AUTOTUNE_MODES
 KNOWN_OPTIONS = ("max_autotune",)
+_warned = set()
 
 
 @dataclass(frozen=True)
@@ -31,10 +32,12 @@ class CompileOptions:
         from ``tritonfuse.config``). Modes and options tritonfuse does not know are
         logged and ignored: they change how fast code runs, never what it computes."""
         options = dict(options or {})
-        unknown = sorted(set(options) - set(KNOWN_OPTIONS))
-        if mode not in KNOWN_MODES or unknown:
-            log.warning("tritonfuse: ignoring torch.compile %s", f"mode {mode!r}" if mode not in KNOWN_MODES
-                        else f"options {unknown}")
+        ignored = ([f"mode {mode!r}"] if mode not in KNOWN_MODES else []) + \
+            [f"option {name!r}" for name in sorted(set(options) - set(KNOWN_OPTIONS))]
+        for what in ignored:
+            if what not in _warned:      # once per process: every graph of a model passes them
+                _warned.add(what)
+                log.warning("tritonfuse: ignoring torch.compile's %s", what)
         max_autotune = config.max_autotune or mode in MAX_AUTOTUNE_MODES
         if "max_autotune" in options:
             max_autotune = bool(options["max_autotune"])
