@@ -21,8 +21,6 @@ _BLOCK_ORDER = {"YBLOCK": 0, "XBLOCK": 1, "RBLOCK": 2}
 
 
 def _format_config(config: dict) -> str:
-    if not config.get("kwargs") and not config.get("num_warps"):
-        return "aten"     # a matmul's choice (max-autotune) that kept the aten call
     kwargs = sorted(config.get("kwargs", {}).items(), key=lambda kv: (_BLOCK_ORDER.get(kv[0], 3), kv[0]))
     blocks = " ".join(f"{k}={v}" for k, v in kwargs)
     return f"{blocks} w={config.get('num_warps')} s={config.get('num_stages', 1)}"

@@ -36,8 +36,8 @@ ROUND_TRIP = "round trip"      # the timing of one elementwise pass over the out
 
 @dataclass(frozen=True)
 class AtenCall:
-    """The aten op as a candidate of the choice; stored in the cache as a config with no
-    blocks and no warps of ours."""
+    """The aten op as a candidate of the choice (in the autotune cache key's candidates: a
+    config with no blocks and no warps of ours; its timing is kept as "aten")."""
 
     def __str__(self):
         return "aten"

@@ -227,7 +227,7 @@ def _codegen_on_aten(scheduling, group, internal) -> None:
     template = node.buffer.data
     reason = f"aten was faster than the GEMM template ({template.timings})"
     bias_node = _addmm_bias_node(group)
-    if bias_node is not None:
+    if bias_node is not None and node.name in internal:     # the product itself is read nowhere else
         bias, beta, alpha = template.addmm
         metrics.fallbacks[str(aten.addmm.default)] = reason
         scheduling.wrapper.codegen_aten_call(bias_node.name, aten.addmm.default, [bias, template.a, template.b],
