@@ -38,11 +38,10 @@ _REQUIRED = {
 
 
 def default_directory() -> str:
-    """$TRITONFUSE_AUTOTUNE_CACHE_DIR, else $XDG_CACHE_HOME/tritonfuse/autotune."""
-    if os.environ.get(ENV_DIR):
-        return os.environ[ENV_DIR]
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return os.path.join(xdg, "tritonfuse", "autotune")
+    """tritonfuse.config.autotune_cache_dir: $TRITONFUSE_AUTOTUNE_CACHE_DIR, else
+    $XDG_CACHE_HOME/tritonfuse/autotune."""
+    from tritonfuse import config
+    return config.autotune_cache_dir
 
 
 def current_versions() -> dict[str, Any]:
@@ -152,7 +151,8 @@ class AutotuneCache:
     """
 
     def __init__(self, directory: str | os.PathLike | None = None) -> None:
-        self.directory = os.fspath(directory) if directory is not None else default_directory()
+        directory = os.fspath(directory) if directory is not None else ""
+        self.directory = os.path.abspath(directory) if directory else default_directory()
 
     def _path(self, key: str) -> str:
         if not isinstance(key, str) or not _KEY_RE.match(key):

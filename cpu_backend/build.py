@@ -81,16 +81,18 @@ _INSTALL_HINT = (
 
 
 def find_compiler() -> str:
-    """The C++ compiler to use: ``$CXX`` if set, else ``g++``, else ``clang++`` on PATH."""
-    cxx = os.environ.get("CXX", "").strip()
-    if cxx:
-        argv = shlex.split(cxx)
+    """The C++ compiler to use: ``$CXX`` if set (tritonfuse.config.cxx), else ``g++``, else
+    ``clang++`` on PATH."""
+    import tritonfuse.config as config
+
+    if config.cxx:
+        argv = shlex.split(config.cxx)
         if shutil.which(argv[0]) is None:
             raise CompilerNotFoundError(
-                f"C++ compiler $CXX={cxx!r} not found (no executable {argv[0]!r}); the "
+                f"C++ compiler $CXX={config.cxx!r} not found (no executable {argv[0]!r}); the "
                 f"tritonfuse CPU backend needs a C++17 compiler with OpenMP: {_INSTALL_HINT}"
             )
-        return cxx
+        return config.cxx
     for name in ("g++", "clang++"):
         path = shutil.which(name)
         if path is not None:
@@ -192,11 +194,13 @@ def _probe_arch_flags(compiler: str) -> list[str]:
 
 
 def compile_flags(compiler: str | None = None) -> list[str]:
-    """Flags for a kernel build (without source/output), including $TRITONFUSE_CXXFLAGS."""
+    """Flags for a kernel build (without source/output), including $TRITONFUSE_CXXFLAGS
+    (tritonfuse.config.cxxflags)."""
+    import tritonfuse.config as config
+
     compiler = compiler or find_compiler()
     flags = list(_BASE_FLAGS) + _probe_arch_flags(compiler) + ["-I", INCLUDE_DIR]
-    flags += shlex.split(os.environ.get("TRITONFUSE_CXXFLAGS", ""))
-    return flags
+    return flags + list(config.cxxflags)
 
 
 _header_digest: str | None = None

@@ -214,9 +214,9 @@ def run_target(target: Target, backend, dtype: torch.dtype, check: bool) -> dict
 
 def configure(args) -> None:
     """Apply the command line to tritonfuse.config before anything compiles."""
-    if args.cache_dir:
-        os.environ["TRITONFUSE_AUTOTUNE_CACHE_DIR"] = os.path.abspath(args.cache_dir)
     import tritonfuse.config as tf_config
+    if args.cache_dir:
+        tf_config.autotune_cache_dir = os.path.abspath(args.cache_dir)
     tf_config.autotune = args.mode
     if args.device == "cpu":
         tf_config.cpu_backend = "triton"
@@ -241,7 +241,7 @@ def parse_args(argv: list[str] | None):
                    help="include the built-in targets (default: yes)")
     p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                    help="compare every result with eager (default: yes)")
-    p.add_argument("--cache-dir", help="autotune cache folder (sets TRITONFUSE_AUTOTUNE_CACHE_DIR)")
+    p.add_argument("--cache-dir", help="autotune cache folder (instead of TRITONFUSE_AUTOTUNE_CACHE_DIR)")
     p.add_argument("--export", metavar="FILE", help="write the whole cache as a bundle afterwards")
     p.add_argument("--backend", default="tritonfuse", help=argparse.SUPPRESS)  # for debugging
     args = p.parse_args(argv)

@@ -60,14 +60,22 @@ def test_current_versions():
 
 
 def test_default_directory(monkeypatch, tmp_path):
-    monkeypatch.setenv("TRITONFUSE_AUTOTUNE_CACHE_DIR", str(tmp_path / "a"))
+    from tritonfuse import config
+    monkeypatch.setattr(config, "autotune_cache_dir", str(tmp_path / "a"))
     assert AutotuneCache().directory == str(tmp_path / "a")
-    monkeypatch.delenv("TRITONFUSE_AUTOTUNE_CACHE_DIR")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert AutotuneCache().directory == str(tmp_path / "xdg" / "tritonfuse" / "autotune")
-    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert AutotuneCache("").directory == str(tmp_path / "a")       # empty means unset
+
+    def from_env(**environ):
+        values, problems = config.from_environment(environ)
+        assert problems == []
+        return values["autotune_cache_dir"]
+
+    assert from_env(TRITONFUSE_AUTOTUNE_CACHE_DIR=str(tmp_path / "b")) == str(tmp_path / "b")
+    assert from_env(XDG_CACHE_HOME=str(tmp_path / "xdg")) == str(tmp_path / "xdg" / "tritonfuse" / "autotune")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert AutotuneCache().directory == str(tmp_path / "home" / ".cache" / "tritonfuse" / "autotune")
+    home_default = str(tmp_path / "home" / ".cache" / "tritonfuse" / "autotune")
+    assert from_env() == home_default
+    assert from_env(TRITONFUSE_AUTOTUNE_CACHE_DIR="", XDG_CACHE_HOME="") == home_default
 
 
 def test_put_get_keys_entries_clear(tmp_path):

@@ -109,7 +109,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setattr(tf_config, "cache_dir", str(tmp_path / "cache"))
     monkeypatch.setattr(tf_config, "autotune", "default")
     monkeypatch.setattr(tf_config, "autotune_under_interpreter", False)
-    monkeypatch.setenv("TRITONFUSE_AUTOTUNE_CACHE_DIR", str(tmp_path / "autotune"))
+    monkeypatch.setattr(tf_config, "autotune_cache_dir", str(tmp_path / "autotune"))
     autotuner.stats.reset()
     yield
     autotuner.stats.reset()
