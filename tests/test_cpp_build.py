@@ -227,6 +227,14 @@ def test_flags(monkeypatch):
     assert build.compile_flags()[-2:] == ["-DTF_TEST_FLAG=1", "-g0"]
 
 
+def test_flags_the_compiler_rejects_are_left_out(cache_dir, monkeypatch):
+    monkeypatch.setattr(tritonfuse.config, "cxxflags", "-DTF_FINE=1 -fno-such-flag-tritonfuse")
+    with pytest.warns(tritonfuse.config.SettingWarning, match="TRITONFUSE_CXXFLAGS=.*rejected"):
+        flags = build.compile_flags()
+    assert "-DTF_FINE=1" not in flags and "-fno-such-flag-tritonfuse" not in flags
+    assert build.build_kernel_library(_unique(ADD_SOURCE, "rejected-flags")).lib is not None
+
+
 def test_extra_flags_change_the_cache_key(cache_dir, monkeypatch):
     source = _unique(ADD_SOURCE, "flags")
     first = build.build_kernel_library(source)

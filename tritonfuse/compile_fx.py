@@ -6,7 +6,6 @@
                buffer frees -> the wrapper
     load       write the module (cached on disk by graph key) and import it
 """
-import json
 import logging
 import os
 import tempfile
@@ -14,7 +13,7 @@ import time
 
 import torch
 
-from . import code_cache, config, metrics
+from . import cache_store, code_cache, config, metrics
 from .codegen.registry import get_scheduling_class
 from .codegen.wrapper import WrapperCodeGen
 from .graph import GraphLowering
@@ -29,15 +28,18 @@ recent_sources = []
 class CompiledGraph:
     """The callable handed back to aot_autograd (boxed: takes the list of inputs).
 
-    Triton compiles kernels at their first launch: if the first call fails inside
-    generated code, the graph runs eagerly from then on (logged), so a compiler bug
-    never crashes the user's model."""
-    def __init__(self, module, path, eager_fn=None):
+    Triton compiles kernels at their first launch, so some failures surface only at the
+    first call. A graph loaded from the on-disk cache that fails there is deleted from the
+    cache and compiled afresh (`rebuild`), then called again: a damaged cache entry never
+    sends a graph to eager. A freshly compiled graph that fails on its first call runs
+    eagerly from then on (logged), so a compiler bug never crashes the user's model."""
+    def __init__(self, module, path, eager_fn=None, rebuild=None):
         self._boxed_call = True   # an instance attribute: wrappers copy __dict__
         self.module = module
         self.path = path
         self.call = module.call
         self.eager_fn = eager_fn
+        self.rebuild = rebuild
         self.first_call = True
 
     def __call__(self, args):
@@ -47,40 +49,51 @@ class CompiledGraph:
         try:
             result = list(self.call(args))
         except Exception as error:
-            if self.eager_fn is None:
-                raise
-            log.warning("tritonfuse: generated code %s failed on its first call (%s: %s); running the graph "
-                        "eagerly", self.path, type(error).__name__, error)
-            metrics.eager_graphs += 1
-            self.call = lambda inputs: self.eager_fn(*inputs)
-            result = list(self.call(saved))
+            result = self._first_call_failed(error, saved)
         self.first_call = False
+        self.rebuild = None
         return result
 
+    def _first_call_failed(self, error, saved):
+        if self.rebuild is not None:
+            log.warning("tritonfuse: cached graph %s failed on its first call (%s: %s); compiling it again",
+                        self.path, type(error).__name__, error)
+            rebuild, self.rebuild = self.rebuild, None
+            try:
+                fresh = rebuild()
+                self.module, self.path, self.call = fresh.module, fresh.path, fresh.call
+                return list(self.call(list(saved)))
+            except Exception as rebuild_error:
+                error = rebuild_error
+        if self.eager_fn is None:
+            raise error
+        log.warning("tritonfuse: generated code %s failed on its first call (%s: %s); running the graph "
+                    "eagerly", self.path, type(error).__name__, error)
+        metrics.eager_graphs += 1
+        self.call = lambda inputs: self.eager_fn(*inputs)
+        return list(self.call(saved))
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs, graph_id="graph") -> CompiledGraph:
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, graph_id="graph", read_cache=True) -> CompiledGraph:
     has_constants = any(n.op == "get_attr" for n in gm.graph.nodes)
     key = code_cache.graph_key(gm, example_inputs)
     use_cache = config.graph_cache and not has_constants
-    if use_cache:
-        compiled = _load_cached(key, gm)
+    if use_cache and read_cache:
+        compiled = _load_cached(key, gm, example_inputs, graph_id)
         if compiled is not None:
             return compiled
 
     started = time.perf_counter()
+    cache_store.sweep_once(config.cache_dir)   # the cold path: litter of killed processes
     graph = lower(gm, example_inputs, graph_id)
     scheduler = schedule(graph)
     source, kernel_sources, kernel_names = codegen(graph, scheduler)
     meta = {"kernels": kernel_names, "fallbacks": {k: v for k, v in metrics.fallbacks.items()}}
     if use_cache:
-        path = code_cache.write_module(key, source)
-        with open(path[:-3] + ".json", "w") as handle:
-            json.dump(meta, handle)
+        path = code_cache.write_entry(key, source, meta)
     else:
-        fd, path = tempfile.mkstemp(suffix=".py", prefix="tritonfuse_")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(source)
-    module = code_cache.load_module(path, {"CONSTANTS": graph.constants} if graph.constants else None)
+        path = f"<tritonfuse {graph_id} {key[:16]}>"
+    module = code_cache.load_module(source, path, {"CONSTANTS": graph.constants} if graph.constants else None)
     recent_sources.append([source] + kernel_sources)
     _debug_dump(graph_id, source, kernel_sources, kernel_names)
     log.debug("tritonfuse: compiled %s in %.2fs (%d kernels)", graph_id, time.perf_counter() - started,
@@ -133,23 +146,29 @@ def codegen(graph, scheduler):
     return wrapper.generate(), wrapper.kernel_sources, metrics.generated_kernels[names_before:]
 
 
-def _load_cached(key, gm):
-    path = code_cache.module_path(key)
-    if not os.path.exists(path):
+def _load_cached(key, gm, example_inputs, graph_id):
+    """The compiled graph stored under `key`, or None (absent, damaged or not loading:
+    then the entry is deleted and the caller compiles the graph)."""
+    entry = code_cache.read_entry(key)
+    if entry is None:
         return None
+    source, meta, path = entry
+
+    def rebuild():
+        code_cache.discard_entry(key, "failed on its first call")
+        return compile_graph(gm, example_inputs, graph_id, read_cache=False)
+
     try:
-        module = code_cache.load_module(path)
-        with open(path[:-3] + ".json") as handle:
-            meta = json.load(handle)
-    except Exception as error:  # a corrupt or foreign file: regenerate
-        log.warning("tritonfuse: ignoring unreadable cached graph %s (%s)", path, error)
+        module = code_cache.load_module(source, path)
+        compiled = CompiledGraph(module, path, gm.forward, rebuild)
+    except Exception as error:  # e.g. a kernel library of the entry cannot be built any more
+        code_cache.discard_entry(key, f"{type(error).__name__}: {error}")
         return None
     metrics.graph_cache_hits += 1
     metrics.cached_kernels.extend(meta.get("kernels", []))
     metrics.fallbacks.update(meta.get("fallbacks", {}))
-    with open(path) as handle:
-        recent_sources.append([handle.read()])
-    return CompiledGraph(module, path, gm.forward)
+    recent_sources.append([source])
+    return compiled
 
 
 def _debug_dump(graph_id, source, kernel_sources, kernel_names):

@@ -205,7 +205,8 @@ KNOBS: dict[str, Knob] = {
         default_text="g++, else clang++, from PATH"),
     "cxxflags": Knob(
         "TRITONFUSE_CXXFLAGS", Words(), (),
-        "extra flags for C++ kernel builds", default_text="none"),
+        "extra flags for C++ kernel builds (flags the compiler rejects are dropped, with a "
+        "warning)", default_text="none"),
 }
 
 

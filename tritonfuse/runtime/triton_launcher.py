@@ -17,12 +17,12 @@ import importlib.util
 import logging
 import os
 import sys
-import tempfile
 import threading
 from typing import Any, Callable, Sequence
 
 import triton
 
+from .. import cache_store
 from .. import config as tf_config
 from . import autotuner
 from .heuristics import MAX_GRID_YZ, Config, candidate_configs
@@ -35,33 +35,13 @@ _loaded_kernels: dict[tuple[str, str], Any] = {}   # (source sha, name) -> JIT f
 
 # --- loading ------------------------------------------------------------------------------
 
-def _write_if_missing(path: str, text: str) -> None:
-    """Atomically create `path` holding `text` (a file already there with it is kept)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            if f.read() == text:
-                return
-    except OSError:
-        pass
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".py")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def load_kernel(name: str, source: str, cache_dir: str | None = None):
     """The @triton.jit function `name` defined in `source` (a full module as text).
 
     The source is written to <cache_dir>/kernels/<sha-prefix>/<name>.py, because
     triton.jit reads a function's source through inspect, and imported once per process.
+    The file is checked against `source` and rewritten when it differs (cache_store.ensure),
+    so a damaged kernel file never reaches the importer.
     """
     sha = hashlib.sha256(source.encode("utf-8")).hexdigest()
     root = cache_dir if cache_dir is not None else tf_config.cache_dir
@@ -70,12 +50,10 @@ def load_kernel(name: str, source: str, cache_dir: str | None = None):
         fn = _loaded_kernels.get((sha, name))
         if fn is not None:
             # Same kernel already imported: keep its file (read by the interpreter and
-            # tracebacks) present where the module says it is.
-            loaded_path = fn.fn.__code__.co_filename
-            if not os.path.exists(loaded_path):
-                _write_if_missing(loaded_path, source)
+            # tracebacks) holding its source where the module says it is.
+            cache_store.ensure(fn.fn.__code__.co_filename, source)
             return fn
-        _write_if_missing(path, source)
+        path = cache_store.ensure(path, source)
         module_name = f"tritonfuse_kernel_{sha[:16]}_{name}"
         spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
