@@ -213,8 +213,13 @@ def unreadable(path):
     os.chmod(path, 0)
 
 
+def folder_in_its_place(path):
+    os.unlink(path)
+    os.makedirs(os.path.join(path, "inside"))
+
+
 DAMAGES = {"cut short": cut_short, "emptied": emptied, "random bytes": random_bytes,
-           "unreadable": unreadable}
+           "unreadable": unreadable, "a folder in its place": folder_in_its_place}
 
 
 def assert_rebuilt(path, original: bytes):
@@ -334,6 +339,27 @@ def test_stale_temporary_files_are_swept_by_the_next_compile(warm, scratch):
     assert_rebuilt(module, original)
     assert not os.path.exists(orphan)
     assert os.path.exists(fresh)    # may belong to a build in another process
+
+
+@pytest.mark.parametrize("intruder", ["folder", "pipe", "symlink to a folder"])
+def test_a_non_file_in_place_of_an_entry_is_removed_not_read(tmp_path, intruder):
+    """What stands where a file should be and is no regular file is never read (a pipe
+    with no writer would block forever) and is removed, so the file can be written again."""
+    path = str(tmp_path / "entry.bin")
+    cache_store.write(path, b"payload")
+    os.unlink(path)
+    if intruder == "folder":
+        os.makedirs(os.path.join(path, "inside"))
+    elif intruder == "pipe":
+        os.mkfifo(path)
+    else:
+        os.makedirs(tmp_path / "elsewhere")
+        os.symlink(tmp_path / "elsewhere", path)
+    repairs = metrics.cache_repairs
+    assert cache_store.read(path) is None
+    assert not os.path.lexists(path) and metrics.cache_repairs == repairs + 1
+    assert (tmp_path / "elsewhere").exists() or intruder != "symlink to a folder"   # not followed
+    assert cache_store.write(path, b"payload") == path and cache_store.read(path) == b"payload"
 
 
 def test_sweep_spares_folders_whose_lock_is_held(tmp_path):

@@ -46,6 +46,7 @@ import logging
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -83,23 +84,38 @@ def _record_line(data: bytes) -> bytes:
 def check(path: str) -> tuple[bytes | None, str | None]:
     """(data, None) when `path` matches its record; (None, why) when it does not; why is
     ABSENT when there is no file. Deletes nothing."""
+    data, why = _read_regular(path)
+    if data is None:
+        return None, why
+    record, why = _read_regular(path + RECORD_SUFFIX)
+    if record is None:
+        if why is ABSENT:
+            return None, "it has no size/hash record (its write never finished?)"
+        return None, f"its size/hash record is {why}"
+    if record != _record_line(data):
+        return None, _mismatch(data, record)
+    return data, None
+
+
+def _read_regular(path: str) -> tuple[bytes | None, str]:
+    """(bytes, "") of a regular file, or (None, why): ABSENT, "unreadable (...)", "not a
+    regular file" (a folder, a pipe or a device in its place would fail or never end)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        # O_NONBLOCK: opening a pipe with no writer would otherwise wait for one, forever
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         return None, ABSENT
     except OSError as e:
         return None, f"unreadable ({e.strerror or e})"
     try:
-        with open(path + RECORD_SUFFIX, "rb") as f:
-            record = f.read()
-    except FileNotFoundError:
-        return None, "it has no size/hash record (its write never finished?)"
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, "not a regular file"
+        with open(fd, "rb", closefd=False) as f:
+            return f.read(), ""
     except OSError as e:
-        return None, f"its size/hash record is unreadable ({e.strerror or e})"
-    if record != _record_line(data):
-        return None, _mismatch(data, record)
-    return data, None
+        return None, f"unreadable ({e.strerror or e})"
+    finally:
+        os.close(fd)
 
 
 def _mismatch(data: bytes, record: bytes) -> str:
@@ -158,11 +174,15 @@ def discard(path: str, why: str) -> None:
             _remove_quietly(path + RECORD_SUFFIX)
             return
         for name in (path, path + RECORD_SUFFIX):
-            with contextlib.suppress(FileNotFoundError):
-                try:
+            try:
+                if os.path.isdir(name) and not os.path.islink(name):
+                    shutil.rmtree(name)
+                else:
                     os.unlink(name)
-                except OSError as e:   # a read-only folder: the rebuilt file goes elsewhere
-                    log.debug("tritonfuse: cannot delete %s: %s", name, e)
+            except FileNotFoundError:
+                pass
+            except OSError as e:   # a read-only folder: the rebuilt file goes elsewhere
+                log.debug("tritonfuse: cannot delete %s: %s", name, e)
     _verified.pop(path, None)
     metrics.cache_repairs += 1
     with _state:
@@ -195,10 +215,10 @@ def _write_in(path: str, data: bytes, record: bool) -> str:
     tmp = _durable_temp(os.path.dirname(path), data)
     try:
         if not record:
-            os.replace(tmp, path)
+            _replace(tmp, path)
             return path
         with lock(os.path.dirname(path)):
-            os.replace(tmp, path)
+            _replace(tmp, path)
             _write_record(path, data)
     except BaseException:
         _remove_quietly(tmp)
@@ -210,10 +230,22 @@ def _write_in(path: str, data: bytes, record: bool) -> str:
 def _write_record(path: str, data: bytes) -> None:
     tmp = _durable_temp(os.path.dirname(path), _record_line(data))
     try:
-        os.replace(tmp, path + RECORD_SUFFIX)
+        _replace(tmp, path + RECORD_SUFFIX)
     except BaseException:
         _remove_quietly(tmp)
         raise
+
+
+def _replace(tmp: str, target: str) -> None:
+    """os.replace, also where a folder stands in the target's place (removed first)."""
+    try:
+        os.replace(tmp, target)
+    except IsADirectoryError:
+        if os.path.islink(target) or not os.path.isdir(target):
+            raise
+        log.warning("tritonfuse: a folder stands where the cache file %s goes; removed", target)
+        shutil.rmtree(target)
+        os.replace(tmp, target)
 
 
 def _durable_temp(folder: str, data: bytes) -> str:
@@ -255,7 +287,7 @@ def publish(tmp: str, path: str) -> str:
         data = f.read()
         os.fsync(f.fileno())
     with lock(os.path.dirname(target)):
-        os.replace(tmp, target)
+        _replace(tmp, target)
         _write_record(target, data)
     _remember_verified(target)
     return target
@@ -267,24 +299,14 @@ def ensure(path: str, data: bytes | str) -> str:
     it differs. Returns where the file lives."""
     if isinstance(data, str):
         data = data.encode("utf-8")
-    current, why = _read_plain(path)
+    current, why = _read_regular(path)
     if current == data:
         return path
-    if _private_root is not None and _read_plain(_private_twin(path))[0] == data:
+    if _private_root is not None and _read_regular(_private_twin(path))[0] == data:
         return _private_twin(path)                    # this process fell back earlier
     if why is not ABSENT:
-        discard(path, why)
+        discard(path, why or "its content differs from its source")
     return write(path, data)
-
-
-def _read_plain(path: str) -> tuple[bytes | None, str]:
-    try:
-        with open(path, "rb") as f:
-            return f.read(), "its content differs from its source"
-    except FileNotFoundError:
-        return None, ABSENT
-    except OSError as e:
-        return None, f"unreadable ({e.strerror or e})"
 
 
 def _new_temp(folder: str, suffix: str) -> str:

@@ -4,7 +4,7 @@
     schedule   Scheduler: nodes, dependencies, fusion, order
     codegen    each fused group -> the backend registered for its device; fallbacks and
                buffer frees -> the wrapper
-    load       write the module (cached on disk by graph key) and import it
+    load       store the module (on disk by graph key, through cache_store) and execute it
 """
 import logging
 import os
