@@ -6,8 +6,10 @@ The function is the one of issue 16, ``softmax(x * y + 1, -1).sum(0) + sigmoid(y
 on 64x128 float32, on both CPU backends: ``cpp`` (OpenMP C++: graph modules, C++ sources
 and libraries, compiler probe records) and ``triton`` (Triton kernels run by Triton's
 interpreter: graph modules, kernel files and, through a second small function whose launch
-config is tuned, autotune records). Also here: a bad value of every setting, the autotune
-CLI on an unusable cache location, stale temporary files swept.
+config is tuned, autotune records). Also here: a folder or a pipe where a file should be,
+threads meeting new shapes in two processes that share one cache (the cache they leave
+must verify and load), a bad value of every setting, the autotune CLI on an unusable cache
+location, stale temporary files swept.
 
 chmod does not keep root from reading a file, so when the tests run as root the cases
 that need permissions to bite run their processes as the user nobody (uid 65534); where
@@ -26,7 +28,6 @@ import pytest
 import torch
 
 from autotune_cache.__main__ import main as cli_main
-from common import check
 from tritonfuse import cache_store, config, metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -111,8 +112,8 @@ class Case:
             for name in [folder] + [os.path.join(folder, n) for n in dirs + files]:
                 os.lchown(name, NOBODY, NOBODY)
 
-    def run(self, backend, as_nobody=False, **env_extra):
-        """The runner's report; the process must exit normally (no SIGBUS, no traceback)."""
+    def env(self, backend, **env_extra):
+        """The environment of a process of this case: its folders, `backend`, no other knob."""
         env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
                    HOME=self.home, TRITON_CACHE_DIR=os.path.join(self.home, "triton"),
                    TRITONFUSE_CACHE_DIR=self.cache, TRITONFUSE_AUTOTUNE_CACHE_DIR=self.autotune,
@@ -121,6 +122,11 @@ class Case:
                      "TRITON_INTERPRET", "CXX", "TRITONFUSE_CXXFLAGS", "XDG_CACHE_HOME"):
             env.pop(name, None)
         env.update(env_extra)
+        return env
+
+    def run(self, backend, as_nobody=False, **env_extra):
+        """The runner's report; the process must exit normally (no SIGBUS, no traceback)."""
+        env = self.env(backend, **env_extra)
         script = os.path.join(self.root, "runner.py")
         with open(script, "w") as f:
             f.write(RUNNER)
@@ -377,16 +383,19 @@ def test_sweep_spares_folders_whose_lock_is_held(tmp_path):
 
 # --- a cached graph whose generated code fails on its first call ------------------------------
 
-def test_cached_graph_failing_on_first_call_is_compiled_again(device, monkeypatch, tmp_path):
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "symbolic"])
+def test_cached_graph_failing_on_first_call_is_compiled_again(device, monkeypatch, tmp_path, dynamic):
     """A damage no size/hash record shows (the code of the graph is consistent with its
     record but its kernel is broken): the first call fails, the cached graph is thrown
-    away and compiled afresh, and no graph runs eagerly."""
+    away and compiled afresh at call time (for symbolic sizes too, adding no guard), and
+    no graph runs eagerly."""
     def f(x, y):
         return torch.softmax(x * y + 1, -1).sum(0) + torch.sigmoid(y).mean()
 
     monkeypatch.setattr(config, "cache_dir", str(tmp_path))
     x, y = torch.randn(64, 128, device=device), torch.randn(64, 128, device=device)
-    check(f, x, y)
+    torch.testing.assert_close(torch.compile(f, backend="tritonfuse", dynamic=dynamic)(x, y), f(x, y))
+    assert metrics.eager_graphs == 0
     modules = glob.glob(os.path.join(config.cache_dir, "graphs", "*", "g*.py"))
     assert len(modules) == 1
     newest = modules[0]
@@ -394,9 +403,112 @@ def test_cached_graph_failing_on_first_call_is_compiled_again(device, monkeypatc
     cache_store.write(newest, broken)
     torch._dynamo.reset()
     metrics.reset()
-    check(f, x, y)
+    compiled = torch.compile(f, backend="tritonfuse", dynamic=dynamic)
+    torch.testing.assert_close(compiled(x, y), f(x, y))
     assert metrics.eager_graphs == 0 and metrics.cache_repairs >= 1
     assert "a broken kernel" not in open(newest).read() and cache_store.check(newest)[1] is None
+    with open(newest[:-3] + ".json") as handle:
+        assert json.load(handle)["symbolic"] == dynamic      # rebuilt as it was first built
+    if dynamic:    # the rebuilt graph serves other sizes, with no recompile
+        x2, y2 = torch.randn(48, 128, device=device), torch.randn(48, 128, device=device)
+        torch.testing.assert_close(compiled(x2, y2), f(x2, y2))
+        assert metrics.eager_graphs == 0 and len(glob.glob(os.path.join(config.cache_dir, "graphs", "*", "g*.py"))) == 1
+
+
+# --- threads meeting new shapes, and processes sharing one cache -----------------------------
+
+THREADS_RUNNER = r'''
+import json
+import threading
+import torch
+from tritonfuse import metrics
+
+
+def f(x, y):
+    return torch.softmax(x * y + 1, -1).sum(0) + torch.sigmoid(y).mean()
+
+
+def warm_fn(a):
+    return torch.relu(a) * 2 + 1
+
+
+torch.manual_seed(0)
+THREADS = 8
+problems = []
+compiled_f = torch.compile(f, backend="tritonfuse")
+warm = torch.compile(warm_fn, backend="tritonfuse")
+x0, y0 = torch.randn(64, 128), torch.randn(64, 128)
+a = torch.randn(16, 16)
+torch.testing.assert_close(compiled_f(x0, y0), f(x0, y0))
+torch.testing.assert_close(warm(a), warm_fn(a))
+inputs = [(torch.randn(65 + 7 * i, 128), torch.randn(65 + 7 * i, 128)) for i in range(THREADS)]
+start = threading.Barrier(THREADS)
+
+
+def work(i):
+    try:
+        start.wait()
+        for _ in range(2):
+            torch.testing.assert_close(compiled_f(*inputs[i]), f(*inputs[i]))
+            torch.testing.assert_close(warm(a), warm_fn(a))
+    except BaseException as error:
+        problems.append(f"{type(error).__name__}: {error}")
+
+
+threads = [threading.Thread(target=work, args=(i,)) for i in range(THREADS)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+fx_tracing = torch.fx._symbolic_trace._is_fx_tracing_flag
+try:    # compiling still works afterwards
+    g = lambda t: torch.cos(t) + 1
+    t = torch.randn(5, 7)
+    torch.testing.assert_close(torch.compile(g, backend="tritonfuse")(t), g(t))
+except BaseException as error:
+    problems.append(f"a later compile: {type(error).__name__}: {error}")
+print(json.dumps({"problems": problems, "eager_graphs": metrics.eager_graphs, "fx_tracing": fx_tracing,
+                  "cache_repairs": metrics.cache_repairs, "graph_cache_hits": metrics.graph_cache_hits}))
+'''
+
+
+def _run_together(case, count, script):
+    """`count` processes running `script` at once on the case's caches; their reports."""
+    with open(os.path.join(case.root, "threads.py"), "w") as f:
+        f.write(script)
+    env = case.env("cpp")
+    processes = [subprocess.Popen([sys.executable, os.path.join(case.root, "threads.py")], cwd=case.work,
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(count)]
+    reports = []
+    for process in processes:
+        out, err = process.communicate(timeout=600)
+        assert process.returncode == 0, f"exit {process.returncode}\n{err[-3000:]}"
+        reports.append((json.loads(out.strip().splitlines()[-1]), err))
+    return reports
+
+
+def test_threads_and_processes_meeting_new_shapes_leave_a_sound_cache(scratch):
+    """Issue 16's threads case, with 8 threads, in 2 processes sharing one empty cache at
+    once: every answer right, nothing eager, no tracing state left behind. Then every file
+    in the cache matches its record, no temporary file is left, and a third process loads
+    the graphs with nothing to repair."""
+    case = Case(os.path.join(scratch, f"case-{next(_counter)}"))
+    for report, err in _run_together(case, 2, THREADS_RUNNER):
+        assert report["problems"] == [] and report["eager_graphs"] == 0, (report, err[-3000:])
+        assert report["fx_tracing"] is False and report["cache_repairs"] == 0, (report, err[-3000:])
+    for folder, _, files in os.walk(case.cache):
+        for name in files:
+            path = os.path.join(folder, name)
+            assert not name.startswith(cache_store.TEMP_PREFIXES), f"left behind: {path}"
+            if name == cache_store.LOCK_NAME or "/kernels/" in path:
+                continue
+            if name.endswith(cache_store.RECORD_SUFFIX):
+                path = path[:-len(cache_store.RECORD_SUFFIX)]
+            assert cache_store.check(path)[1] is None, (path, cache_store.check(path)[1])
+    ((report, err),) = _run_together(case, 1, THREADS_RUNNER)
+    assert report["problems"] == [] and report["eager_graphs"] == 0 and report["cache_repairs"] == 0, err[-3000:]
+    assert report["graph_cache_hits"] >= 3, report      # both functions and the recompile
 
 
 # --- settings ---------------------------------------------------------------------------------

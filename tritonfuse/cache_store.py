@@ -184,7 +184,7 @@ def discard(path: str, why: str) -> None:
             except OSError as e:   # a read-only folder: the rebuilt file goes elsewhere
                 log.debug("tritonfuse: cannot delete %s: %s", name, e)
     _verified.pop(path, None)
-    metrics.cache_repairs += 1
+    metrics.add("cache_repairs")
     with _state:
         first = path not in _reported
         _reported.add(path)

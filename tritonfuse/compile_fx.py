@@ -6,23 +6,46 @@
                buffer frees -> the wrapper
     load       store the module (on disk by graph key, through cache_store) and execute it
 """
+import contextlib
+import copy
 import logging
 import os
 import tempfile
+import threading
 import time
 
 import torch
 
-from . import cache_store, code_cache, config, metrics
+from . import cache_store, code_cache, config, metrics, sym
+from .compile_lock import compiling
 from .codegen.registry import get_scheduling_class
 from .codegen.wrapper import WrapperCodeGen
 from .graph import GraphLowering
+from .runtime.integer_errors import IntegerDivisionByZero
 from .scheduler import FallbackNode, Scheduler
 
 log = logging.getLogger("tritonfuse")
 
-# the last compiled modules' sources, for tritonfuse.testing.run_and_get_code
-recent_sources = []
+# Lists collecting the sources of the graphs compiled (or loaded) while they are open, for
+# tritonfuse.testing.run_and_get_code; nothing is kept when nobody listens.
+_source_listeners = []
+
+
+@contextlib.contextmanager
+def capture_sources():
+    """Yields a list that receives ``[wrapper, kernel, ...]`` for every graph compiled or
+    loaded from the cache, in any thread, until the block ends."""
+    captured = []
+    _source_listeners.append(captured)
+    try:
+        yield captured
+    finally:
+        _source_listeners.remove(captured)
+
+
+def _record_sources(sources) -> None:
+    for captured in list(_source_listeners):
+        captured.append(sources)
 
 
 class CompiledGraph:
@@ -41,45 +64,85 @@ class CompiledGraph:
         self.eager_fn = eager_fn
         self.rebuild = rebuild
         self.first_call = True
+        self._failure_lock = threading.Lock()   # threads whose first calls fail together
 
     def __call__(self, args):
         if not self.first_call:
             return list(self.call(args))
         saved = list(args)
+        call = self.call
         try:
-            result = list(self.call(args))
+            result = list(call(args))
+        except IntegerDivisionByZero:   # eager's own error for these inputs, not a compiler bug
+            raise
         except Exception as error:
-            result = self._first_call_failed(error, saved)
+            result = self._first_call_failed(call, error, saved)
         self.first_call = False
         self.rebuild = None
         return result
 
-    def _first_call_failed(self, error, saved):
-        if self.rebuild is not None:
-            log.warning("tritonfuse: cached graph %s failed on its first call (%s: %s); compiling it again",
-                        self.path, type(error).__name__, error)
-            rebuild, self.rebuild = self.rebuild, None
-            try:
-                fresh = rebuild()
-                self.module, self.path, self.call = fresh.module, fresh.path, fresh.call
-                return list(self.call(list(saved)))
-            except Exception as rebuild_error:
-                error = rebuild_error
-        if self.eager_fn is None:
-            raise error
-        log.warning("tritonfuse: generated code %s failed on its first call (%s: %s); running the graph "
-                    "eagerly", self.path, type(error).__name__, error)
-        metrics.eager_graphs += 1
-        self.call = lambda inputs: self.eager_fn(*inputs)
-        return list(self.call(saved))
+    def _first_call_failed(self, call, error, saved):
+        with self._failure_lock:
+            if self.call is not call:   # another thread met the failure and replaced the code
+                return list(self.call(saved))
+            if self.rebuild is not None:
+                log.warning("tritonfuse: cached graph %s failed on its first call (%s: %s); compiling it again",
+                            self.path, type(error).__name__, error)
+                rebuild, self.rebuild = self.rebuild, None
+                try:
+                    with compiling():      # at call time: with Dynamo's compiles (compile_lock.py)
+                        fresh = rebuild()
+                    self.module, self.path, self.call = fresh.module, fresh.path, fresh.call
+                    return list(self.call(list(saved)))
+                except IntegerDivisionByZero:
+                    raise
+                except Exception as rebuild_error:   # the fresh compile fails too: eager
+                    error = rebuild_error
+            if self.eager_fn is None:
+                raise error
+            log.warning("tritonfuse: generated code %s failed on its first call (%s: %s); running the graph "
+                        "eagerly", self.path, type(error).__name__, error)
+            metrics.add("eager_graphs")
+            eager_fn = self.eager_fn
+            self.call = lambda inputs: eager_fn(*inputs)
+            return list(self.call(saved))
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs, graph_id="graph", read_cache=True) -> CompiledGraph:
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, graph_id="graph", sizevars=None,
+                  allow_guards=False) -> CompiledGraph:
+    """Compile one aten graph. Its sizes are symbolic when Dynamo made them dynamic: the
+    code then takes them as runtime values and serves every size (``sizevars``: the
+    symbols' example values and guards; ``specialize`` compiles for the examples' shapes).
+    ``allow_guards``: Dynamo still builds the guards of this graph's frame (forward and
+    inference graphs), so the compile may add guards on the sizes."""
+    if sizevars is None:
+        sizevars = sizevars_for(example_inputs)
+        sizevars.allow_guards = allow_guards
+    with sym.using_sizevars(sizevars):
+        return _compile_graph(gm, example_inputs, graph_id, sizevars)
+
+
+def sizevars_for(example_inputs) -> sym.SizeVars:
+    from torch._guards import detect_fake_mode
+    if not any(_is_symbolic(value) for value in example_inputs):
+        return sym.SizeVars()
+    fake_mode = detect_fake_mode(example_inputs)
+    return sym.SizeVars(fake_mode.shape_env if fake_mode is not None else None)
+
+
+def _is_symbolic(value) -> bool:
+    if isinstance(value, (torch.SymInt, torch.SymFloat)):
+        return True
+    return isinstance(value, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride()))
+
+
+def _compile_graph(gm, example_inputs, graph_id, sizevars, read_cache=True) -> CompiledGraph:
     has_constants = any(n.op == "get_attr" for n in gm.graph.nodes)
-    key = code_cache.graph_key(gm, example_inputs)
+    hints = sorted((str(s), int(v)) for s, v in sizevars.hints.items()) if sizevars.specialize else ()
+    key = code_cache.graph_key(gm, example_inputs, extra=hints)
     use_cache = config.graph_cache and not has_constants
     if use_cache and read_cache:
-        compiled = _load_cached(key, gm, example_inputs, graph_id)
+        compiled = _load_cached(key, gm, example_inputs, graph_id, sizevars)
         if compiled is not None:
             return compiled
 
@@ -88,14 +151,17 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, graph_id="graph", re
     graph = lower(gm, example_inputs, graph_id)
     scheduler = schedule(graph)
     source, kernel_sources, kernel_names = codegen(graph, scheduler)
-    meta = {"kernels": kernel_names, "fallbacks": {k: v for k, v in metrics.fallbacks.items()}}
+    symbolic = bool(graph.symbol_sources) and not sizevars.specialize
+    meta = {"kernels": kernel_names, "fallbacks": {k: v for k, v in metrics.fallbacks.items()},
+            "symbolic": symbolic, "assumptions": [str(a) for a in sizevars.assumptions]}
     if use_cache:
         path = code_cache.write_entry(key, source, meta)
     else:
         path = f"<tritonfuse {graph_id} {key[:16]}>"
     module = code_cache.load_module(source, path, {"CONSTANTS": graph.constants} if graph.constants else None)
-    recent_sources.append([source] + kernel_sources)
+    _record_sources([source] + kernel_sources)
     _debug_dump(graph_id, source, kernel_sources, kernel_names)
+    metrics.symbolic_graphs += symbolic
     log.debug("tritonfuse: compiled %s in %.2fs (%d kernels)", graph_id, time.perf_counter() - started,
               len(kernel_names))
     return CompiledGraph(module, path, gm.forward)
@@ -135,7 +201,7 @@ def codegen(graph, scheduler):
     for i, group in enumerate(scheduler.groups):
         if isinstance(group, FallbackNode):
             wrapper.codegen_fallback(group)
-        elif group.x_numel * group.r_numel == 0:
+        elif group.is_empty():
             wrapper.allocate_outputs(group, set())
         else:
             scheduler.backends[group.device.type].codegen_node(group)
@@ -146,17 +212,29 @@ def codegen(graph, scheduler):
     return wrapper.generate(), wrapper.kernel_sources, metrics.generated_kernels[names_before:]
 
 
-def _load_cached(key, gm, example_inputs, graph_id):
-    """The compiled graph stored under `key`, or None (absent, damaged or not loading:
-    then the entry is deleted and the caller compiles the graph)."""
+def _load_cached(key, gm, example_inputs, graph_id, sizevars):
+    """The compiled graph stored under `key`, or None: absent, compiled for sizes this
+    compile's guards do not promise (then compiled again), or damaged or not loading
+    (then the entry is deleted by cache_store and the graph compiled again)."""
     entry = code_cache.read_entry(key)
     if entry is None:
         return None
     source, meta, path = entry
+    try:
+        if not sizevars.holds(meta.get("assumptions", [])):
+            return None
+    except Exception as error:  # noqa: BLE001 - verified, yet not assumptions this version reads
+        code_cache.discard_entry(key, f"unusable assumptions in its meta ({type(error).__name__}: {error})")
+        return None
 
     def rebuild():
+        """Compile the graph afresh at call time: Dynamo's guards are built by now, so the
+        compile adds none (the loaded entry's assumptions are guards already)."""
         code_cache.discard_entry(key, "failed on its first call")
-        return compile_graph(gm, example_inputs, graph_id, read_cache=False)
+        fresh_sizevars = copy.copy(sizevars)
+        fresh_sizevars.allow_guards, fresh_sizevars.assumptions = False, []
+        with sym.using_sizevars(fresh_sizevars):
+            return _compile_graph(gm, example_inputs, graph_id, fresh_sizevars, read_cache=False)
 
     try:
         module = code_cache.load_module(source, path)
@@ -167,7 +245,8 @@ def _load_cached(key, gm, example_inputs, graph_id):
     metrics.graph_cache_hits += 1
     metrics.cached_kernels.extend(meta.get("kernels", []))
     metrics.fallbacks.update(meta.get("fallbacks", {}))
-    recent_sources.append([source])
+    metrics.symbolic_graphs += bool(meta.get("symbolic"))
+    _record_sources([source])
     return compiled
 
 

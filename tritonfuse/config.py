@@ -194,7 +194,7 @@ KNOBS: dict[str, Knob] = {
         "input mutation, no aliased output, no autocast) directly"),
     "max_shape_specializations": Knob(
         "TRITONFUSE_MAX_SHAPE_SPECIALIZATIONS", Count(0), 8,
-        "static compiles per dynamic-shape graph; further shapes run eagerly"),
+        "per-shape compiles of a graph that cannot be compiled symbolically; further shapes run eagerly"),
     "autotune_cache_dir": Knob(
         "TRITONFUSE_AUTOTUNE_CACHE_DIR", Folder(),
         lambda environ: os.path.join(_cache_home(environ), "tritonfuse", "autotune"),
