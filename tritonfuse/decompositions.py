@@ -22,7 +22,7 @@ DECOMPOSED_OPS = [
     "mse_loss", "mse_loss_backward", "smooth_l1_loss", "huber_loss", "nll_loss_forward", "nll_loss2d_forward",
     "binary_cross_entropy", "binary_cross_entropy_backward", "binary_cross_entropy_with_logits",
     # pointwise composites
-    "rsub", "addcmul", "addcdiv", "lerp", "masked_fill", "frac", "deg2rad", "rad2deg", "square",
+    "rsub", "addcmul", "addcdiv", "lerp", "masked_fill", "frac", "deg2rad", "rad2deg", "square", "mvlgamma",
     # views, gathers and scatters expressible as views/where/cat
     "index_select", "split", "split_with_sizes", "unbind", "narrow", "stack", "hstack", "vstack", "repeat",
     "roll", "expand_as", "slice_backward", "select_backward", "slice_scatter", "select_scatter",

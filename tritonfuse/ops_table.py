@@ -38,6 +38,10 @@ PRIMITIVES = {
     **_specs(BOOL, 1, "isnan logical_not"),
     **_specs(BOOL, 2, "eq ne lt le gt ge logical_and logical_or"),
     "where": OpSpec("where", 3, SAME),
+    # math beyond the basics (lowering/pointwise_math.py): floating point operands only
+    **_specs(SAME, 1, "asin acos atan sinh cosh asinh acosh atanh log10 erfc erfcx lgamma"),
+    **_specs(SAME, 2, "atan2 hypot copysign nextafter"),
+    **_specs(BOOL, 1, "signbit"),
     # special forms, handled by every backend explicitly
     "constant": OpSpec("constant", 2, ARG),     # (value, dtype)
     "index_expr": OpSpec("index_expr", 2, ARG),  # (sympy expr, dtype)

@@ -8,6 +8,12 @@ the first index among equals.
 import triton
 import triton.language as tl
 
+# libdevice's math beyond the basics, for the interpreter (kernels call tf_helpers.asin ...)
+from .triton_math import (  # noqa: F401
+    acos, acosh, asin, asinh, atan, atan2, atanh, copysign, cosh, erfc, erfcx, hypot, lgamma, log10, nextafter,
+    signbit, sinh,
+)
+
 
 @triton.jit
 def is_nan(x):
