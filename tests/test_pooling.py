@@ -141,3 +141,96 @@ def test_large_window_falls_back(device):
     check(lambda a: F.max_pool2d(a, 6) + 1, image(1, 2, 12, 12, device=device))
     assert "aten.max_pool2d_with_indices.default" in tritonfuse.metrics.fallbacks
     assert "more than 25" in tritonfuse.metrics.fallbacks["aten.max_pool2d_with_indices.default"]
+
+
+# ---- upsampling: torch decomposes it into _unsafe_index reads (lowering/resampling.py) ----
+
+UPSAMPLE = {
+    "nearest_2x": (lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), (2, 3, 5, 7)),
+    "nearest_odd_size": (lambda x: F.interpolate(x, size=(11, 13), mode="nearest"), (2, 3, 5, 7)),
+    "nearest_down": (lambda x: F.interpolate(x, size=(3, 4), mode="nearest"), (2, 3, 8, 9)),
+    "nearest_scale_2_5": (lambda x: F.interpolate(x, scale_factor=2.5, mode="nearest"), (1, 2, 4, 6)),
+    "nearest_exact": (lambda x: F.interpolate(x, size=(11, 13), mode="nearest-exact"), (2, 3, 5, 7)),
+    "nearest_1d": (lambda x: F.interpolate(x, scale_factor=3, mode="nearest"), (2, 3, 7)),
+    "nearest_3d": (lambda x: F.interpolate(x, size=(5, 6, 7), mode="nearest"), (1, 2, 3, 4, 5)),
+    "bilinear": (lambda x: F.interpolate(x, size=(11, 13), mode="bilinear"), (2, 3, 5, 7)),
+    "bilinear_align_corners": (lambda x: F.interpolate(x, size=(11, 13), mode="bilinear", align_corners=True),
+                               (2, 3, 5, 7)),
+    "bilinear_scale_factor": (lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear"), (2, 3, 5, 7)),
+    "bilinear_down": (lambda x: F.interpolate(x, size=(3, 4), mode="bilinear", align_corners=True), (1, 2, 8, 9)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UPSAMPLE))
+def test_upsample(device, name):
+    fn, shape = UPSAMPLE[name]
+    check(lambda a: fn(a) * 2, image(*shape, device=device))
+    _no_fallbacks()
+    assert kernel_count() == 1
+
+
+@pytest.mark.parametrize("name", ["nearest_2x", "bilinear"])
+def test_upsample_bfloat16_and_backward(device, name):
+    fn, shape = UPSAMPLE[name]
+    check(fn, image(*shape, device=device, dtype=torch.bfloat16))
+    _no_fallbacks()
+    # the backward is index_put with accumulation (a scatter): right, whatever runs it
+    check_with_grad(fn, image(*shape, device=device))
+
+
+# ---- a ResNet-style training step ---------------------------------------------------------
+
+class _Block(torch.nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        nn = torch.nn
+        self.conv1, self.bn1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout)
+        self.conv2, self.bn2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
+        self.down = None if stride == 1 and cin == cout else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+        return torch.relu(y + (x if self.down is None else self.down(x)))
+
+
+class _ResNet(torch.nn.Module):
+    """conv -> batch_norm -> relu -> max_pool2d -> residual blocks -> adaptive_avg_pool2d -> linear."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 7, 2, 3, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        self.blocks = nn.Sequential(_Block(8, 8, 1), _Block(8, 16, 2))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+
+    def forward(self, x):
+        return self.head(self.blocks(self.stem(x)))
+
+
+# what stays aten in a CNN training step: matmuls and convolutions, as in Inductor
+CNN_FALLBACKS = {"aten.convolution.default", "aten.convolution_backward.default", "aten.addmm.default",
+                 "aten.mm.default"}
+
+
+def test_resnet_style_training_step(device):
+    torch.manual_seed(0)
+    eager_model, model = _ResNet().to(device), _ResNet().to(device)
+    model.load_state_dict(eager_model.state_dict())
+    x = torch.randn(2, 3, 32, 32, device=device)
+    target = torch.randint(0, 10, (2,), device=device)
+
+    def step(m):
+        out = m(x)
+        loss = F.cross_entropy(out, target)
+        loss.backward()
+        return [out, loss] + [p.grad for p in m.parameters()] + list(m.buffers())
+
+    expected = step(eager_model)
+    actual = step(torch.compile(model, backend="tritonfuse"))
+    assert tritonfuse.metrics.eager_graphs == 0
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e, atol=1e-4, rtol=1e-4)
+    assert set(tritonfuse.metrics.fallbacks) <= CNN_FALLBACKS, tritonfuse.metrics.fallbacks
+    assert kernel_count() > 10
