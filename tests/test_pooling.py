@@ -115,6 +115,13 @@ def test_pools_bfloat16(device, name):
     _no_fallbacks()
 
 
+def test_pools_of_a_channels_last_input(device):
+    x = image(2, 5, 9, 11, device=device).to(memory_format=torch.channels_last)
+    check(lambda a: (F.max_pool2d(a, 3, 2, 1, return_indices=True), F.avg_pool2d(a, 2),
+                     F.adaptive_avg_pool2d(a, (2, 3))), x)
+    _no_fallbacks()
+
+
 def test_avg_pool_fuses_with_its_producer(device):
     """avg_pool2d(relu(x)): the relu is computed in the pool's kernel."""
     check(lambda a: F.avg_pool2d(torch.relu(a), 3, 2, 1), image(2, 3, 9, 11, device=device))

@@ -110,8 +110,8 @@ class Window:
         self.in_size = [sym.to_int(s) for s in in_size[-self.spatial:]]
         self.out_size = [sym.to_int(s) for s in out_size[-self.spatial:]]
         self.kernel, self.stride, self.padding, self.dilation = kernel, stride, padding, dilation
-        if any(2 * p > k for p, k in zip(padding, kernel)):
-            raise Unsupported("padding larger than half the window")
+        if any(2 * p > (k - 1) * dl + 1 for p, k, dl in zip(padding, kernel, dilation)):
+            raise Unsupported("padding larger than half the window")   # (eager rejects it too)
 
     def count(self):
         return math.prod(self.kernel)
@@ -351,6 +351,20 @@ def _adaptive_bounds(o, in_size, out_size):
     return start, end
 
 
+def _adaptive_window(in_size, out_size):
+    """The longest window of an adaptive pool along one dim."""
+    return max(-(-(o + 1) * in_size // out_size) - o * in_size // out_size for o in range(out_size))
+
+
+def _adaptive_cover(in_size, out_size):
+    """The most windows of an adaptive pool that hold one input position (one dim)."""
+    counts = [0] * in_size
+    for o in range(out_size):
+        for i in range(o * in_size // out_size, -(-(o + 1) * in_size // out_size)):
+            counts[i] += 1
+    return max(counts)
+
+
 def _adaptive_avg_pool(x, output_size, spatial):
     from .reductions import mean
     from .views import permute, view
@@ -365,7 +379,7 @@ def _adaptive_avg_pool(x, output_size, spatial):
         n = len(lead)
         order = list(range(n)) + [n + 2 * d for d in range(spatial)] + [n + 2 * d + 1 for d in range(spatial)]
         return mean(permute(split, order), list(range(n + spatial, n + 2 * spatial)))
-    widths = [-(-i // o) + 1 for i, o in zip(in_sp, out_sp)]
+    widths = [_adaptive_window(i, o) for i, o in zip(in_sp, out_sp)]
     if math.prod(widths) > MAX_WINDOW:
         raise Unsupported(f"adaptive window of up to {math.prod(widths)} elements (more than {MAX_WINDOW})")
     realize_if_costly(x)
@@ -408,7 +422,7 @@ def adaptive_avg_pool2d_backward(grad, x):
     dtype = x.get_dtype()
     acc = accumulate_dtype(dtype)
     # the outputs whose windows hold input i: o in [floor(i * out / in), ceil((i + 1) * out / in))
-    widths = [-(-o // i) + 1 for i, o in zip(in_sp, out_sp)]
+    widths = [_adaptive_cover(i, o) for i, o in zip(in_sp, out_sp)]
     if math.prod(widths) > MAX_WINDOW:
         raise Unsupported(f"up to {math.prod(widths)} outputs per input element (more than {MAX_WINDOW})")
 
