@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import tritonfuse
-from common import check, kernel_count
+from common import check, kernel_count, rand
 
 INF, NAN = math.inf, math.nan
 EDGES = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 1e-30, -1e-30, 1e-3, -1e-3, 10.0, -10.0, 1e30, -1e30,
@@ -76,6 +76,13 @@ def _eager_supports(fn, dtype):
         return False
 
 
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_float64(device, name):
+    fn, low, high = UNARY[name]
+    check(fn, values(low, high, _edges(name)).to(device, torch.float64))
+    _no_fallbacks()
+
+
 # ops that take integer tensors: eager computes them in float32 (INT_TO_FLOAT)
 INTEGER_UNARY = ["atan", "log10", "erfc", "lgamma", "digamma", "i0", "sinc", "special_i1e", "signbit", "asinh"]
 
@@ -124,6 +131,13 @@ def test_binary_integer_inputs(device, name):
     a = torch.randint(-5, 6, (41,), device=device)
     b = torch.randint(-5, 6, (41,), device=device)
     check(BINARY[name], a, b)
+    _no_fallbacks()
+
+
+def test_binary_bool_inputs(device):
+    a, b = rand(37, dtype=torch.bool, device=device), rand(37, dtype=torch.bool, device=device)
+    check(lambda x, y: (torch.heaviside(x, y), torch.fmax(x, y), torch.fmin(x, y), torch.copysign(x, y),
+                        torch.signbit(x)), a, b)
     _no_fallbacks()
 
 

@@ -83,6 +83,8 @@ def logaddexp2(a, b, dtype):
 
 
 def heaviside(x, values, dtype):
+    if dtype == torch.bool:
+        return ops.where(x, _c(True, dtype), values)
     zero = _c(0, dtype)
     return ops.where(ops.eq(x, zero), values, ops.to_dtype(ops.gt(x, zero), dtype))
 

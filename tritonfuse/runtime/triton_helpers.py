@@ -8,10 +8,10 @@ the first index among equals.
 import triton
 import triton.language as tl
 
-# libdevice's math beyond the basics, for the interpreter (kernels call tf_helpers.asin ...)
+# libdevice's math beyond the basics for the interpreter (tf_helpers.asin ...), and sqrt
 from .triton_math import (  # noqa: F401
     acos, acosh, asin, asinh, atan, atan2, atanh, copysign, cosh, erfc, erfcx, hypot, lgamma, log10, nextafter,
-    signbit, sinh,
+    signbit, sinh, sqrt,
 )
 
 

@@ -1,11 +1,12 @@
 """Pure-``tl`` versions of libdevice's math, for Triton's interpreter (which has no
-libdevice; compiled kernels call libdevice, see codegen/triton/overrides.py).
+libdevice; compiled kernels call libdevice, see codegen/triton/overrides.py), and ``sqrt``,
+which both use.
 
 Operands are float32 or float64 tensors. Each function computes in float64, where these
 formulas lose nothing that a float32 result could show, and rounds once to the operand's
-dtype. Special values (+-0, +-inf, NaN) follow C99 / eager PyTorch. Accuracy: within a few
-float32 ulp everywhere; erfc/erfcx use a Chebyshev fit good to 1.2e-7 relative, so they are
-float32-accurate only.
+dtype. Special values (+-0, +-inf, NaN) follow C99 / eager PyTorch. Accuracy: float32 results
+are correctly rounded but for rare double roundings; float64 ones are within a few ulp
+(asin/acos/atan/atan2 to ~1e-15 relative; lgamma 1e-15 absolute near its zeros).
 """
 import triton
 import triton.language as tl
@@ -16,6 +17,15 @@ QUARTER_PI = 0.7853981633974483
 LN2 = 0.6931471805599453
 LN10 = 2.302585092994046
 HALF_LOG_2PI = 0.9189385332046728  # log(2 pi) / 2
+
+
+@triton.jit
+def sqrt(x):
+    """Correctly rounded: tl.sqrt_rn for float32 (tl.sqrt is approximate there), tl.sqrt
+    for float64 (always IEEE; sqrt_rn does not take it)."""
+    if x.dtype == tl.float64:
+        return tl.sqrt(x)
+    return tl.sqrt_rn(x)
 
 
 @triton.jit
@@ -208,30 +218,23 @@ def hypot(a, b):
 
 
 @triton.jit
-def _erfcx_tail(a):
-    """exp(a^2) erfc(a) for a >= 0 (Numerical Recipes' Chebyshev fit of erfc with the
-    exp(-a^2) factor cancelled; 1.2e-7 relative)."""
-    t = 1.0 / (1.0 + 0.5 * a)
-    p = 0.17087277
-    p = p * t - 0.82215223
-    p = p * t + 1.48851587
-    p = p * t - 1.13520398
-    p = p * t + 0.27886807
-    p = p * t - 0.18628806
-    p = p * t + 0.09678418
-    p = p * t + 0.37409196
-    p = p * t + 1.00002368
-    p = p * t - 1.26551223
-    return t * tl.exp(p)
+def _erfcx_far(a):
+    """exp(a^2) erfc(a) for a >= 2 (float64): the continued fraction
+    1 / sqrt(pi) / (a + (1/2) / (a + 1 / (a + (3/2) / (a + ...)))), 60 terms from the tail
+    (converged to double precision from a = 2 on)."""
+    t = tl.zeros_like(a)
+    for k in range(60):
+        t = ((60 - k) * 0.5) / (a + t)
+    return 0.5641895835477563 / (a + t)
 
 
 @triton.jit
 def erfc(x):
     v = _f64(x)
     a = tl.abs(v)
-    tail = _erfcx_tail(a) * tl.exp(-a * a)
-    tail = tl.where(v < 0.0, 2.0 - tail, tail)
-    r = tl.where(a < 0.5, 1.0 - tl.erf(v), tail)
+    far = _erfcx_far(tl.maximum(a, 2.0)) * tl.exp(-a * a)
+    far = tl.where(v < 0.0, 2.0 - far, far)
+    r = tl.where(a < 2.0, 1.0 - tl.erf(v), far)     # 1 - erf loses nothing in float64 below 2
     return tl.where(v != v, v, r).to(x.dtype)
 
 
@@ -239,9 +242,8 @@ def erfc(x):
 def erfcx(x):
     v = _f64(x)
     near = tl.exp(v * v) * (1.0 - tl.erf(v))
-    far = _erfcx_tail(tl.where(v < 0.5, 0.5, v))
-    r = tl.where(v < 0.5, near, far)
-    return tl.where(v == float("inf"), 0.0, r).to(x.dtype)
+    r = tl.where(v < 2.0, near, _erfcx_far(tl.maximum(v, 2.0)))
+    return tl.where(v != v, v, r).to(x.dtype)
 
 
 @triton.jit

@@ -79,6 +79,8 @@ TRITON_OPS.update({
     "copysign": "libdevice.copysign({0}, {1})",
     "nextafter": "libdevice.nextafter({0}, {1})",
     "signbit": "(libdevice.signbit({0}) != 0)",
+    # tl.sqrt_rn takes float32 only: float64 (sqrt, and the composites built on it) needs tl.sqrt
+    "sqrt": "tf_helpers.sqrt({0})",
 })
 # ---- end of the math block
 
