@@ -19,7 +19,7 @@ TRITON_OPS = {
     "log": "tl.log({0})",
     "log2": "tl.log2({0})",
     "log1p": "libdevice.log1p({0})",
-    "sqrt": "tl.sqrt_rn({0})",
+    "sqrt": "tf_helpers.sqrt({0})",   # tl.sqrt_rn takes float32 only; see triton_helpers.sqrt
     "rsqrt": "libdevice.rsqrt({0})",
     "sin": "libdevice.sin({0})",   # tl.sin/tl.cos are the fast approximate PTX forms
     "cos": "libdevice.cos({0})",
@@ -79,8 +79,6 @@ TRITON_OPS.update({
     "copysign": "libdevice.copysign({0}, {1})",
     "nextafter": "libdevice.nextafter({0}, {1})",
     "signbit": "(libdevice.signbit({0}) != 0)",
-    # tl.sqrt_rn takes float32 only: float64 (sqrt, and the composites built on it) needs tl.sqrt
-    "sqrt": "tf_helpers.sqrt({0})",
 })
 # ---- end of the math block
 
@@ -106,3 +104,28 @@ INTERPRETER_OPS.update({name: f"tf_helpers.{name}({{0}})" for name in (
 INTERPRETER_OPS.update({name: f"tf_helpers.{name}({{0}}, {{1}})" for name in (
     "atan2", "hypot", "copysign", "nextafter")})
 # ---- end of the math block
+
+# ---- integers -------------------------------------------------------------------------
+# Division and shifts by an operand that is not a literal go through helpers that keep
+# off LLVM's undefined cases (a zero divisor, INT_MIN // -1, shift amounts outside
+# [0, bits)) and give eager's values there; see runtime/triton_helpers.py. Signed
+# arithmetic wraps: Triton emits LLVM add/sub/mul without nsw, and the interpreter computes
+# in numpy, which wraps.
+TRITON_INTEGER_DIVISION = {
+    "truncdiv": "tf_helpers.div_trunc({0}, {1})",
+    "mod": "tf_helpers.mod_trunc({0}, {1})",
+}
+TRITON_INTEGER_SHIFTS = {
+    "lshift": "tf_helpers.shift_left({0}, {1})",
+    "rshift": "tf_helpers.shift_right({0}, {1})",
+}
+
+
+def shift_by_constant(op_name, dtype, amount):
+    """The spelling of a shift by a literal amount: eager's value outside [0, bits)."""
+    bits = torch.iinfo(dtype).bits
+    if 0 <= amount < bits:
+        return TRITON_OPS[op_name]
+    if op_name == "rshift" and dtype.is_signed:
+        return f"{{0}} >> {bits - 1}"
+    return "{0} * 0"
