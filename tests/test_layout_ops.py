@@ -15,7 +15,7 @@ def _no_fallbacks():
     assert kernel_count() >= 1
 
 
-def check_with_grad(fn, x):
+def _check_against_eager(compiled, fn, x):
     """Forward and backward against eager (the input gradient of sum(fn(x) * weight))."""
     weight = torch.randn_like(fn(x.detach()))
 
@@ -26,10 +26,33 @@ def check_with_grad(fn, x):
         return out.detach(), leaf.grad
 
     expected = loss_and_grad(fn)
-    actual = loss_and_grad(torch.compile(fn, backend="tritonfuse", dynamic=False))
+    actual = loss_and_grad(compiled)
     assert tritonfuse.metrics.eager_graphs == 0
     for a, e in zip(actual, expected):
         torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-5)
+
+
+def check_with_grad(fn, x):
+    _check_against_eager(torch.compile(fn, backend="tritonfuse", dynamic=False), fn, x)
+
+
+# each shape's dims differ from one another (Dynamo gives equal sizes one symbol) and from
+# the other shapes' (every dim is symbolic)
+SYMBOLIC_SHAPES = [(2, 3, 7, 9), (3, 4, 10, 6), (4, 5, 13, 15)]
+
+
+def check_symbolic_with_grad(fn, device, shapes=SYMBOLIC_SHAPES):
+    """One symbolic compile (dynamic=True) of the forward and of the backward serves every
+    shape, with eager's answers; no kernel is generated after the first shape."""
+    compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
+    kernels = []
+    for shape in shapes:
+        _check_against_eager(compiled, fn, rand(*shape, device=device))
+        kernels.append(kernel_count())
+    metrics = tritonfuse.metrics
+    assert metrics.symbolic_graphs == 2 and metrics.static_specializations == 0, \
+        (metrics.symbolic_graphs, metrics.static_specializations)
+    assert kernels[0] >= 1 and len(set(kernels)) == 1, kernels
 
 
 SHAPES = [(5, 7), (2, 3, 9, 11), (4, 1, 6)]
@@ -117,4 +140,21 @@ def test_layout_chain_fuses_into_one_kernel(device):
 def test_pad_backward_fuses_with_its_consumer(device):
     x = rand(2, 3, 6, 9, device=device)
     check_with_grad(lambda a: F.pad(a * a, (2, 1, 1, 2), mode="replicate").exp(), x)
+    _no_fallbacks()
+
+
+SYMBOLIC = {
+    "flip": lambda x: torch.flip(x, [0, -1]),
+    "roll": lambda x: torch.roll(x, (3, -2, 11), (-1, 0, 2)),
+    "roll_flat": lambda x: torch.roll(x, 5),
+    "tril_triu": lambda x: torch.tril(x, 1) - torch.triu(x, -1),
+    "reflection_pad": lambda x: F.pad(x, (2, 1, 1, 2), mode="reflect"),
+    "reflection_pad1d": lambda x: F.pad(x[0], (0, 3), mode="reflect"),
+    "replication_pad": lambda x: F.pad(x, (2, 1, 0, 3), mode="replicate"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SYMBOLIC))
+def test_layout_op_with_symbolic_sizes(device, name):
+    check_symbolic_with_grad(SYMBOLIC[name], device)
     _no_fallbacks()

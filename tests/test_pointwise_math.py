@@ -178,3 +178,14 @@ def test_math_fuses_with_neighbours(device):
     check(fn, x, y)
     _no_fallbacks()
     assert kernel_count() == 1
+
+
+def test_math_with_symbolic_sizes_and_gradients(device):
+    """Symbolic sizes (dynamic=True) change nothing: one compile per graph for every shape;
+    the backwards' own math (i0e's needs sgn) is lowered too."""
+    from test_layout_ops import check_symbolic_with_grad
+
+    def fn(a):
+        return torch.special.i0e(a) + torch.special.erfcx(a) * torch.atan2(a, a.exp()) + torch.asinh(a)
+    check_symbolic_with_grad(fn, device)
+    _no_fallbacks()

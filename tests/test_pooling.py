@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import tritonfuse
-from common import check, kernel_count, rand
-from test_layout_ops import check_with_grad
+from common import assert_same, check, kernel_count, rand
+from test_layout_ops import check_symbolic_with_grad, check_with_grad
 
 
 def _no_fallbacks():
@@ -148,6 +148,51 @@ def test_large_window_falls_back(device):
     check(lambda a: F.max_pool2d(a, 6) + 1, image(1, 2, 12, 12, device=device))
     assert "aten.max_pool2d_with_indices.default" in tritonfuse.metrics.fallbacks
     assert "more than 25" in tritonfuse.metrics.fallbacks["aten.max_pool2d_with_indices.default"]
+
+
+# ---- symbolic sizes: the windows are static, the sizes they slide over are not ------------
+
+SYMBOLIC_POOLS = {
+    "max_pool": lambda x: F.max_pool2d(x, 3, 2, 1),
+    "max_pool_ceil": lambda x: F.max_pool2d(x, 2, 2, ceil_mode=True),
+    "max_pool_dilation": lambda x: F.max_pool2d(x, 2, 1, 1, dilation=2),
+    "avg_pool": lambda x: F.avg_pool2d(x, 3, 2, 1),
+    "avg_pool_no_pad_count": lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False, ceil_mode=True),
+    "avg_pool_no_padding": lambda x: F.avg_pool2d(x, 2),
+    "global_avg_pool": lambda x: F.adaptive_avg_pool2d(x, 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SYMBOLIC_POOLS))
+def test_pool_with_symbolic_sizes(device, name):
+    check_symbolic_with_grad(SYMBOLIC_POOLS[name], device)
+    _no_fallbacks()
+
+
+def test_max_pool_indices_with_symbolic_sizes(device):
+    fn = lambda a: F.max_pool2d(a, 3, 2, 1, return_indices=True)   # noqa: E731
+    compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
+    with torch.no_grad():
+        for shape in ((2, 3, 9, 11), (3, 4, 8, 13), (4, 5, 12, 7)):
+            x = image(*shape, device=device, nan=True)
+            assert_same(compiled(x), fn(x))
+    _no_fallbacks()
+    assert tritonfuse.metrics.symbolic_graphs == 1 and tritonfuse.metrics.static_specializations == 0
+
+
+def test_adaptive_pool_over_symbolic_sizes_falls_back_alone(device):
+    """Its windows follow from the sizes: aten runs it (logged); the rest stays symbolic."""
+    check_symbolic_with_grad(lambda a: F.adaptive_avg_pool2d(a.exp(), (2, 3)).relu(), device)
+    fallbacks = tritonfuse.metrics.fallbacks
+    assert set(fallbacks) == {"aten._adaptive_avg_pool2d.default", "aten._adaptive_avg_pool2d_backward.default"}
+    assert "symbolic" in fallbacks["aten._adaptive_avg_pool2d.default"]
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_upsample_with_symbolic_sizes(device, mode):
+    check_symbolic_with_grad(lambda a: F.interpolate(a, scale_factor=2, mode=mode) * 2, device)
+    # the backward's index_put with accumulation (a scatter) is the one op left to aten
+    assert set(tritonfuse.metrics.fallbacks) <= {"aten._unsafe_index_put.default"}
 
 
 # ---- upsampling: torch decomposes it into _unsafe_index reads (lowering/resampling.py) ----

@@ -17,7 +17,8 @@ import torch
 from .. import sym
 from ..ir import GenericView, Pointwise, TensorBox, origins_of, realize
 from ..virtualized import ops
-from .registry import SUPPORTED_DTYPES, Unsupported, aten, register_lowering
+from .registry import SUPPORTED_DTYPES, Unsupported, aten, register_lowering, static_sizes
+from .tensor_ops import in_range, int_value
 from .views import view
 
 MAX_GATHERED = 27   # reads per element that a chain of pad backwards may inline
@@ -41,21 +42,32 @@ def flip(x, dims):
 @register_lowering(aten.roll)
 def roll(x, shifts, dims=()):
     size = list(x.get_size())
-    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    shifts = static_sizes([shifts] if isinstance(shifts, int) else shifts, "roll by a shift")
     dims = [dims] if isinstance(dims, int) else list(dims)
     if not dims:   # roll of the flattened tensor
-        flat = roll(view(x, [sym.to_int(x.numel())]), shifts, [0])
-        return view(flat, [sym.to_int(s) for s in size])
-    amounts = {}
+        flat = roll(view(x, [sym.product(size)]), shifts, [0])
+        return view(flat, size)
+    totals = {}
     for shift, dim in zip(shifts, dims):
         d = dim % len(size)
-        amounts[d] = (amounts.get(d, 0) + shift) % sym.to_int(size[d]) if sym.to_int(size[d]) else 0
-    amounts = {d: a for d, a in amounts.items() if a}
+        totals[d] = totals.get(d, 0) + shift
+    # out[i] = x[(i - shift) mod n]: a non-negative left operand of the modulo, for any n
+    starts = {d: _roll_start(shift, size[d]) for d, shift in totals.items()}
+    starts = {d: start for d, start in starts.items() if start != 0}
 
     def reindex(index):
-        return [sym.ModularIndexing(i + size[d] - amounts[d], sympy.Integer(1), size[d]) if d in amounts else i
+        return [sym.ModularIndexing(i + starts[d], sympy.Integer(1), size[d]) if d in starts else i
                 for d, i in enumerate(index)]
-    return TensorBox(GenericView(x.data, size, reindex)) if amounts else x
+    return TensorBox(GenericView(x.data, size, reindex)) if starts else x
+
+
+def _roll_start(shift, n):
+    """A non-negative k with (i - shift) mod n == (i + k) mod n; in [0, n) when n is static."""
+    if sym.is_static(n):
+        return sympy.Integer((-shift) % int(n)) if int(n) else sympy.Integer(0)
+    if shift <= 0:
+        return sympy.Integer(-shift)
+    return n - sym.ModularIndexing(sympy.Integer(shift), sympy.Integer(1), n)
 
 
 def _triangle(x, diagonal, keep_lower, origin):
@@ -92,16 +104,17 @@ def _pointwise(x, dtype, size, inner_fn, origin):
 
 def _reflect(position, size):
     """Mirror a (possibly out-of-range) position into [0, size): size-1 - |size-1 - |p||."""
-    last = ops.constant(size - 1, torch.int64)
+    last = int_value(size - 1)
     return ops.sub(last, ops.abs(ops.sub(last, ops.abs(position))))
 
 
 def _replicate(position, size):
-    return ops.minimum(ops.maximum(position, ops.constant(0, torch.int64)), ops.constant(size - 1, torch.int64))
+    return ops.minimum(ops.maximum(position, ops.constant(0, torch.int64)), int_value(size - 1))
 
 
 def _pad_dims(x, padding):
     """[(dim, left, right)] of a pad spec that lists the last dim first."""
+    padding = static_sizes(padding, "padding")
     ndim = len(x.get_size())
     return [(ndim - 1 - k, padding[2 * k], padding[2 * k + 1]) for k in range(len(padding) // 2)]
 
@@ -111,7 +124,7 @@ def _pad(x, padding, source, origin):
         raise Unsupported(f"dtype {x.get_dtype()}")
     size = list(x.get_size())
     padded = _pad_dims(x, padding)
-    if any(sym.to_int(size[d]) == 0 for d, _, _ in padded):
+    if any(size[d] == 0 for d, _, _ in padded):
         raise Unsupported(f"{origin} of an empty dim")
     out_size = list(size)
     for d, left, right in padded:
@@ -121,9 +134,8 @@ def _pad(x, padding, source, origin):
     def inner_fn(index):
         src = list(index)
         for d, left, _ in padded:
-            n = sym.to_int(size[d])
-            position = source(ops.index_expr(index[d] - left, torch.int64), n)
-            src[d] = ops.indirect_indexing(position, n)
+            position = source(ops.index_expr(index[d] - left, torch.int64), size[d])
+            src[d] = ops.indirect_indexing(position, size[d])
         return loader(src)
     return _pointwise(x, x.get_dtype(), out_size, inner_fn, origin)
 
@@ -140,15 +152,10 @@ for _n in (1, 2, 3):
     _register_pad(getattr(aten, f"replication_pad{_n}d"), _replicate, "replication_pad")
 
 
-def _in_range(expr, low, high):
-    position = ops.index_expr(expr, torch.int64)
-    return ops.logical_and(ops.ge(position, ops.constant(low, torch.int64)),
-                           ops.le(position, ops.constant(high, torch.int64)))
-
-
 def _reflection_sources(j, n, left, right):
-    """The padded positions that read input position j of one dim: (position, condition
-    on j or None). The copy itself, its mirror in the left pad, its mirror in the right."""
+    """The padded positions that read input position j of one dim (n may be symbolic):
+    (position, the range [low, high] of j that it holds for, or None: every j). The copy
+    itself, its mirror in the left pad, its mirror in the right."""
     return [(j + left, None), (left - j, (1, left)), (left + 2 * (n - 1) - j, (n - 1 - right, n - 2))]
 
 
@@ -156,7 +163,7 @@ def _replication_sources(j, n, left, right):
     """Position 0 is read by the left pad and itself, n - 1 by itself and the right pad."""
     sources = [(j + left, None)]
     sources += [(sympy.Integer(k), (0, 0)) for k in range(left)]
-    sources += [(sympy.Integer(left + n + k), (n - 1, n - 1)) for k in range(right)]
+    sources += [(sympy.sympify(left + n + k), (n - 1, n - 1)) for k in range(right)]
     return sources
 
 
@@ -165,10 +172,10 @@ def _pad_backward(grad, x, padding, sources, origin):
     if dtype not in SUPPORTED_DTYPES or not dtype.is_floating_point:
         raise Unsupported(f"{origin} of {dtype}")
     acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-    size = [sym.to_int(s) for s in x.get_size()]
+    size = list(x.get_size())
     result, inlined = grad, 1
     for d, left, right in _pad_dims(x, padding):
-        per_element = len([c for _, c in sources(sympy.Integer(0), size[d], left, right) if c is None or c[0] <= c[1]])
+        per_element = len([c for _, c in sources(sympy.Integer(0), size[d], left, right) if not _never(c)])
         if inlined * per_element > MAX_GATHERED:
             if per_element > MAX_GATHERED:
                 raise Unsupported(f"{origin} reads {per_element} positions per element")
@@ -182,17 +189,22 @@ def _pad_backward(grad, x, padding, sources, origin):
                       origin)
 
 
+def _never(condition):
+    """Whether a source's range of positions is empty for every size (an unknown one: kept)."""
+    return condition is not None and bool((sympy.sympify(condition[0]) - condition[1]).is_positive)
+
+
 def _gather_dim(grad, d, n, left, right, sources, acc, origin):
     """Sum, for each position j of dim d, the positions of the padded dim that read j."""
     loader = grad.make_loader()
     source_dtype = grad.get_dtype()
     out_size = list(grad.get_size())
-    out_size[d] = sympy.Integer(n)
+    out_size[d] = n
 
     def inner_fn(index):
         total = None
         for position, condition in sources(index[d], n, left, right):
-            if condition is not None and condition[0] > condition[1]:
+            if _never(condition):
                 continue   # no position of this dim is read from there
             src = list(index)
             src[d] = position
@@ -203,7 +215,7 @@ def _gather_dim(grad, d, n, left, right, sources, acc, origin):
             if condition is None:
                 term = read()
             else:
-                term = ops.masked(_in_range(index[d], *condition), read, 0.0)
+                term = ops.masked(in_range(index[d], condition[0], condition[1] + 1), read, 0.0)
             total = term if total is None else ops.add(total, term)
         return total
     return _pointwise(grad, acc, out_size, inner_fn, origin)

@@ -10,6 +10,7 @@ the transcendental functions compute in float32 (INT_TO_FLOAT), 16-bit floats in
 import torch
 
 from .. import math_composites as composite
+from .. import ops_table
 from ..virtualized import ops
 from .pointwise import register_pointwise
 from .registry import (
@@ -61,6 +62,8 @@ def _signbit(x, dtype):
 
 
 register_pointwise(aten.signbit, _signbit, ALWAYS_BOOL)
+register_pointwise(aten.sgn, ops_table.sign)   # sign, for the real dtypes lowered here (abs's backward)
+
 
 @register_lowering(aten.nextafter, broadcast=True, type_promotion=NO_OPMATH)
 def nextafter(a, b, compute_dtype, result_dtype):

@@ -12,6 +12,9 @@ fall back to aten, as in Inductor; so do cases whose output positions need more 
 
 Window geometry (eager's): output o covers input o * stride - padding + k * dilation,
 k in [0, kernel). Spatial dims are the trailing ones; any leading dims are batch dims.
+Sizes may be symbolic (the window itself is static): a bounds check that cannot be ruled
+out for every size is kept. Adaptive pools, whose windows follow from the sizes, need
+static sizes and fall back otherwise.
 """
 import itertools
 import math
@@ -22,7 +25,8 @@ import torch
 from .. import sym
 from ..ir import Pointwise, TensorBox, origins_of, realize, storage_of
 from ..virtualized import ops
-from .registry import SUPPORTED_DTYPES, Unsupported, aten, register_lowering
+from .registry import SUPPORTED_DTYPES, Unsupported, aten, register_lowering, static_sizes
+from .tensor_ops import in_range, int_value
 
 MAX_WINDOW = 25   # unrolled reads per output element (Inductor's limit too)
 
@@ -37,7 +41,7 @@ def _ntuple(value, n, default=None):
         value = default
     if isinstance(value, int):
         return [value] * n
-    value = [int(v) for v in value]
+    value = static_sizes(value, "a pooling window")
     return value * n if len(value) == 1 else value
 
 
@@ -50,7 +54,7 @@ def check_input(x, spatial):
         raise Unsupported(f"pooling of {x.get_dtype()}")
     if len(x.get_size()) not in (spatial + 1, spatial + 2):
         raise Unsupported("pooling input of unexpected rank")
-    if any(sym.to_int(s) == 0 for s in x.get_size()):
+    if any(s == 0 for s in x.get_size()):
         raise Unsupported("pooling of an empty tensor")
 
 
@@ -65,15 +69,9 @@ def realize_if_costly(x):
             realize(x)
 
 
-def in_range(expr, low, high):
-    """low <= expr < high (integers; either may be None: unchecked) as a bool op value, or
-    None when nothing is checked."""
-    if low is None and high is None:
-        return None
-    position = ops.index_expr(expr, torch.int64)
-    above = ops.ge(position, ops.constant(low, torch.int64)) if low is not None else None
-    below = ops.lt(position, ops.constant(high, torch.int64)) if high is not None else None
-    return all_of([above, below])
+def may_reach(position, bound):
+    """Whether ``position`` may be >= ``bound`` for some size (False only when ruled out)."""
+    return not bool((sympy.sympify(bound) - position).is_positive)
 
 
 def all_of(masks):
@@ -98,8 +96,7 @@ def masked_read(source, index, mask, dtype, other=0.0):
 
 def make_output(x, dtype, size, inner_fn, origin):
     origins = tuple(dict.fromkeys(origins_of([x]) + (origin,)))
-    return TensorBox.create(Pointwise(x.get_device(), dtype, inner_fn, [sympy.Integer(s) for s in size],
-                                      origins=origins))
+    return TensorBox.create(Pointwise(x.get_device(), dtype, inner_fn, sym.sizes_of(size), origins=origins))
 
 
 class Window:
@@ -107,8 +104,8 @@ class Window:
 
     def __init__(self, in_size, out_size, kernel, stride, padding, dilation):
         self.spatial = len(kernel)
-        self.in_size = [sym.to_int(s) for s in in_size[-self.spatial:]]
-        self.out_size = [sym.to_int(s) for s in out_size[-self.spatial:]]
+        self.in_size = sym.sizes_of(in_size[-self.spatial:])
+        self.out_size = sym.sizes_of(out_size[-self.spatial:])
         self.kernel, self.stride, self.padding, self.dilation = kernel, stride, padding, dilation
         if any(2 * p > (k - 1) * dl + 1 for p, k, dl in zip(padding, kernel, dilation)):
             raise Unsupported("padding larger than half the window")   # (eager rejects it too)
@@ -128,9 +125,8 @@ class Window:
                 first, last = start, (self.out_size[d] - 1) * self.stride[d] + start
                 index.append(o * self.stride[d] + start)
                 masks.append(in_range(index[-1], 0 if first < 0 else None,
-                                      self.in_size[d] if last >= self.in_size[d] else None))
-            flat = sum((i * st for i, st in zip(index, sym.contiguous_strides(
-                [sympy.Integer(s) for s in self.in_size]))), sympy.Integer(0))
+                                      self.in_size[d] if may_reach(last, self.in_size[d]) else None))
+            flat = sum((i * st for i, st in zip(index, sym.contiguous_strides(self.in_size))), sympy.Integer(0))
             yield lead + index, all_of(masks), flat
 
     def covering_outputs(self, in_index):
@@ -143,11 +139,11 @@ class Window:
             extent = (self.kernel[d] - 1) * self.dilation[d] + 1
             s, p, n_out = self.stride[d], self.padding[d], self.out_size[d]
             top = sym.FloorDiv(i + p, sympy.Integer(s))
-            lowest, highest = p // s, (self.in_size[d] - 1 + p) // s   # the range of top
+            lowest, highest = p // s, sym.FloorDiv(self.in_size[d] - 1 + p, sympy.Integer(s))   # the range of top
             options = []
             for t in range(-(-extent // s)):
                 options.append((top - t, in_range(top - t, 0 if lowest - t < 0 else None,
-                                                  n_out if highest - t >= n_out else None)))
+                                                  n_out if may_reach(highest - t, n_out) else None)))
             per_dim.append(options)
         for combo in itertools.product(*per_dim):
             yield lead + [o for o, _ in combo], all_of([m for _, m in combo])
@@ -235,10 +231,9 @@ def _max_pool_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mod
     window = backward_window(grad, x, kernel_size, stride, padding, dilation, spatial)
     dtype = x.get_dtype()
     acc = accumulate_dtype(dtype)
-    plane = [sympy.Integer(s) for s in window.in_size]
 
     def inner_fn(index):
-        flat = ops.index_expr(sum((i * st for i, st in zip(index[-spatial:], sym.contiguous_strides(plane))),
+        flat = ops.index_expr(sum((i * st for i, st in zip(index[-spatial:], sym.contiguous_strides(window.in_size))),
                                   sympy.Integer(0)), torch.int64)
         total = None
         for out_index, mask in window.covering_outputs(index):
@@ -265,8 +260,9 @@ def _divisor(window, out_spatial, count_include_pad, divisor_override, acc):
     """eager's divide factor for the window of output ``out_spatial`` (an op value)."""
     if divisor_override:
         return ops.constant(divisor_override, acc)
-    full = all(p == 0 for p in window.padding) and all(
-        (o - 1) * s + k <= n for o, s, k, n in zip(window.out_size, window.stride, window.kernel, window.in_size))
+    full = all(p == 0 for p in window.padding) and not any(
+        may_reach((o - 1) * s + k - 1, n) for o, s, k, n in zip(window.out_size, window.stride, window.kernel,
+                                                                 window.in_size))
     if full:   # every window lies inside the input
         return ops.constant(window.count(), acc)
     count = None
@@ -274,10 +270,10 @@ def _divisor(window, out_spatial, count_include_pad, divisor_override, acc):
         start = o * window.stride[d] - window.padding[d]
         begin = ops.index_expr(start, torch.int64)
         end = ops.minimum(ops.add(begin, ops.constant(window.kernel[d], torch.int64)),
-                          ops.constant(window.in_size[d] + window.padding[d], torch.int64))
+                          int_value(window.in_size[d] + window.padding[d]))
         if not count_include_pad:
             begin = ops.maximum(begin, ops.constant(0, torch.int64))
-            end = ops.minimum(end, ops.constant(window.in_size[d], torch.int64))
+            end = ops.minimum(end, int_value(window.in_size[d]))
         length = ops.sub(end, begin)
         count = length if count is None else ops.mul(count, length)
     return ops.to_dtype(count, acc)
@@ -369,9 +365,12 @@ def _adaptive_avg_pool(x, output_size, spatial):
     from .reductions import mean
     from .views import permute, view
     check_input(x, spatial)
-    size = [sym.to_int(s) for s in x.get_size()]
-    in_sp, out_sp = size[-spatial:], [int(o) for o in output_size]
-    lead = size[:-spatial]
+    out_sp = static_sizes(output_size, "adaptive pooling")
+    rank = len(x.get_size())
+    if all(o == 1 for o in out_sp):   # a global pool (a CNN's head): the mean, for any size
+        return mean(x, list(range(rank - spatial, rank)), keepdim=True)
+    size = static_sizes(x.get_size(), "adaptive pooling")
+    in_sp, lead = size[-spatial:], size[:-spatial]
     if all(i % o == 0 for i, o in zip(in_sp, out_sp)):
         # equal windows that tile the input: a mean over the window dims (a reduction)
         steps = [i // o for i, o in zip(in_sp, out_sp)]
@@ -417,8 +416,10 @@ def adaptive_avg_pool3d(x, output_size):
 def adaptive_avg_pool2d_backward(grad, x):
     spatial = 2
     check_input(x, spatial)
-    in_sp = [sym.to_int(s) for s in x.get_size()[-spatial:]]
-    out_sp = [sym.to_int(s) for s in grad.get_size()[-spatial:]]
+    if all(o == 1 for o in grad.get_size()[-spatial:]):
+        return _global_avg_pool_backward(grad, x, spatial)
+    in_sp = static_sizes(x.get_size()[-spatial:], "adaptive pooling")
+    out_sp = static_sizes(grad.get_size()[-spatial:], "adaptive pooling")
     dtype = x.get_dtype()
     acc = accumulate_dtype(dtype)
     # the outputs whose windows hold input i: o in [floor(i * out / in), ceil((i + 1) * out / in))
@@ -442,4 +443,16 @@ def adaptive_avg_pool2d_backward(grad, x):
             term = ops.truediv(value, ops.to_dtype(count, acc))
             total = term if total is None else ops.add(total, term)
         return ops.to_dtype(total, dtype)
+    return make_output(grad, dtype, list(x.get_size()), inner_fn, "adaptive_avg_pool_backward")
+
+
+def _global_avg_pool_backward(grad, x, spatial):
+    """Each input element's share of its plane's single output: grad / (plane size)."""
+    dtype = x.get_dtype()
+    acc = accumulate_dtype(dtype)
+    plane = sym.product(x.get_size()[-spatial:])
+
+    def inner_fn(index):
+        value = masked_read(grad, list(index[:-spatial]) + [sympy.Integer(0)] * spatial, None, acc)
+        return ops.to_dtype(ops.truediv(value, ops.to_dtype(int_value(plane), acc)), dtype)
     return make_output(grad, dtype, list(x.get_size()), inner_fn, "adaptive_avg_pool_backward")

@@ -23,7 +23,8 @@ def _check_dtype(dtype):
 def _constant_tensor(value, meta):
     _check_dtype(meta.dtype)
     size = sym.sizes_of(meta.shape)
-    return TensorBox.create(Pointwise(meta.device, meta.dtype, lambda idx: ops.constant(value, meta.dtype), size,
+    # (make_loader: the value may be a size or scalar known at run time, e.g. a sym_float)
+    return TensorBox.create(Pointwise(meta.device, meta.dtype, make_loader(value, meta.dtype), size,
                                       origins=("full",)))
 
 
@@ -119,15 +120,21 @@ def copy(dst, src, non_blocking=False):
     return _copy_to(src, dst.get_dtype(), "copy")
 
 
-def _in_range(index_value, low, high):
-    """A bool value: low <= index < high, computed from a sympy index (bounds may be symbolic)."""
+def in_range(index_value, low, high):
+    """A bool value: low <= index < high, computed from a sympy index (bounds may be
+    symbolic; a bound that is None is not checked; None when neither is)."""
+    if low is None and high is None:
+        return None
     position = ops.index_expr(index_value, torch.int64)
-    above = ops.ge(position, _int_value(low))
-    below = ops.lt(position, _int_value(high))
+    above = ops.ge(position, int_value(low)) if low is not None else None
+    below = ops.lt(position, int_value(high)) if high is not None else None
+    if above is None or below is None:
+        return below if above is None else above
     return ops.logical_and(above, below)
 
 
-def _int_value(value):
+def int_value(value):
+    """An int64 op value of a size or index (a constant when static)."""
     value = sym.sint(value)
     return ops.constant(int(value), torch.int64) if value.is_Integer else ops.index_expr(value, torch.int64)
 
@@ -160,9 +167,9 @@ def cat(tensors, dim=0):
             def body(load=loaders[k], idx=shifted):
                 return load(idx)
             if result is None:  # the last input takes every index the others don't
-                result = ops.masked(_in_range(index[dim], low, high), body, 0)
+                result = ops.masked(in_range(index[dim], low, high), body, 0)
                 continue
-            inside = _in_range(index[dim], low, high)
+            inside = in_range(index[dim], low, high)
             result = ops.where(inside, ops.masked(inside, body, 0), result)
         return result
     return TensorBox.create(Pointwise(meta.device, dtype, inner_fn, size, origins=("cat",)))
@@ -186,7 +193,7 @@ def constant_pad_nd(x, pad, value=0):
         mask = None
         for d, before in pads:
             source[d] = index[d] - before
-            inside = _in_range(index[d], before, before + size[d])
+            inside = in_range(index[d], before, before + size[d])
             mask = inside if mask is None else ops.logical_and(mask, inside)
         if mask is None:
             return loader(source)
