@@ -22,17 +22,23 @@ HALF_LOG_2PI = 0.9189385332046728  # log(2 pi) / 2
 @triton.jit
 def sqrt(x):
     """Correctly rounded: tl.sqrt_rn for float32 (tl.sqrt is approximate there), tl.sqrt
-    for float64 (always IEEE; sqrt_rn does not take it)."""
+    for float64 (always IEEE; sqrt_rn does not take it). (if/else, not an early return:
+    Triton's compiler goes on past a return inside an if on a dtype and would type-check
+    sqrt_rn on float64.)"""
     if x.dtype == tl.float64:
-        return tl.sqrt(x)
-    return tl.sqrt_rn(x)
+        result = tl.sqrt(x)
+    else:
+        result = tl.sqrt_rn(x)
+    return result
 
 
 @triton.jit
 def signbit(x):
     if x.dtype == tl.float64:
-        return x.to(tl.int64, bitcast=True) < 0
-    return x.to(tl.int32, bitcast=True) < 0
+        negative = x.to(tl.int64, bitcast=True) < 0
+    else:
+        negative = x.to(tl.int32, bitcast=True) < 0
+    return negative
 
 
 @triton.jit
