@@ -9,7 +9,7 @@ import math
 import torch
 
 from .. import sym
-from ..ir import Buffer, ReinterpretView
+from ..ir import Buffer, MutationBuffer, ReinterpretView
 from .common import IndentedBuffer
 
 
@@ -89,6 +89,9 @@ class WrapperCodeGen:
         if buffer.name in self.allocated:
             return
         self.allocated.add(buffer.name)
+        if isinstance(buffer, MutationBuffer):   # a scatter writes into its target's memory
+            self.writeline(f"{buffer.name} = {buffer.target.name}  # written in place")
+            return
         layout = buffer.layout
         size, stride = _shape(layout.int_size()), _shape(layout.int_stride())
         if layout.device.type == "cpu":
