@@ -210,3 +210,56 @@ def online_softmax_merge(running_max, running_sum, axis: tl.constexpr):
     else:
         shift = row_max[None, :]
     return tl.sum(running_sum * exp_shifted(running_max, shift), axis)
+
+
+# ---- scans (ops_table.SCAN_TYPES): the combine step, the inclusive scan of a block along
+# an axis, and the block's total (what a looped kernel carries into the next block) -----
+
+@triton.jit
+def scan_sum(a, b):
+    return a + b
+
+
+@triton.jit
+def scan_prod(a, b):
+    return a * b
+
+
+@triton.jit
+def scan_logaddexp(a, b):
+    """log(exp(a) + exp(b)) as eager's logcumsumexp: NaN propagates, two equal infinities
+    give that infinity."""
+    hi = maximum(a, b)
+    lo = minimum(a, b)
+    same_infinity = (lo == hi) & (tl.abs(hi) == float("inf"))
+    return tl.where(same_infinity, hi, hi + log1p(tl.exp(lo - hi)))
+
+
+@triton.jit
+def sum_scan(values, axis: tl.constexpr):
+    return tl.associative_scan(values, axis, scan_sum)
+
+
+@triton.jit
+def prod_scan(values, axis: tl.constexpr):
+    return tl.associative_scan(values, axis, scan_prod)
+
+
+@triton.jit
+def logaddexp_scan(values, axis: tl.constexpr):
+    return tl.associative_scan(values, axis, scan_logaddexp)
+
+
+@triton.jit
+def sum_total(values, axis: tl.constexpr):
+    return tl.reduce(values, axis, scan_sum)
+
+
+@triton.jit
+def prod_total(values, axis: tl.constexpr):
+    return tl.reduce(values, axis, scan_prod)
+
+
+@triton.jit
+def logaddexp_total(values, axis: tl.constexpr):
+    return tl.reduce(values, axis, scan_logaddexp)

@@ -132,10 +132,7 @@ class TritonKernel:
             for node, x_sizes, r_sizes, kind in seg.layouts:
                 self._set_node(node, x_sizes, r_sizes, kind)
                 with set_ops_handler(self):
-                    if node.is_reduction():
-                        node.buffer.body(self.plan.raw_x, self.plan.raw_r)
-                    else:
-                        node.buffer.body(self.plan.raw_x + self.plan.raw_r, [])
+                    node.buffer.run_body(self.plan.raw_x, self.plan.raw_r)
         self._close_segment()
 
     def _set_node(self, node, x_sizes, r_sizes, kind):
@@ -206,13 +203,13 @@ class TritonKernel:
             elif not self.has_r:
                 shape = "[XBLOCK]"
             else:
-                shape = "[XBLOCK, RBLOCK]" if self.node_kind == "xr" else "[XBLOCK, 1]"
+                shape = "[XBLOCK, RBLOCK]" if self.node_kind in ("xr", "scan") else "[XBLOCK, 1]"
             text = f"{text} + tl.zeros({shape}, tl.int32)"
         return text
 
     def _mask_for(self, index) -> Optional[str]:
         parts = []
-        uses_r = self.node_kind in ("xr", "reduction") and any(s.name.startswith("r") for s in index.free_symbols)
+        uses_r = self.node_kind in ("xr", "reduction", "scan") and any(s.name.startswith("r") for s in index.free_symbols)
         if self.needs_ymask:
             parts.append("ymask")
         if self.needs_xmask:
@@ -223,7 +220,7 @@ class TritonKernel:
         return " & ".join(parts) if parts else None
 
     def _value_over_r(self):
-        return self.node_kind in ("xr", "reduction") and self.has_r
+        return self.node_kind in ("xr", "reduction", "scan") and self.has_r
 
     # ---- ops: memory ------------------------------------------------------------------
     def load(self, name, index):
@@ -272,6 +269,25 @@ class TritonKernel:
             self.segment.deferred_stores.append(lambda buf, line=line: buf.writeline(line))
         else:
             self.out.writeline(line)
+
+    def store_scatter(self, name, index, value, mode):
+        """An indirect write: a plain store, or an atomic read-modify-write (another program
+        may write the same element). Every lane outside the loop nest is masked off, also
+        when the index does not name the dims it varies along."""
+        if name in self.internal:
+            return
+        pointer = self.args.output(name)
+        index = self.kernel_index(index)
+        parts = ["ymask"] * self.needs_ymask + ["xmask"] * self.needs_xmask
+        if self.needs_rmask and self.node_kind in ("xr", "scan"):
+            parts.append("rmask")
+        mask = " & ".join(parts + self.mask_stack) or None
+        address = f"{pointer} + ({self._pointer_offset(index)})"
+        if mode is None:
+            self.out.writeline(f"tl.store({address}, {value}" + (f", {mask})" if mask else ")"))
+            return
+        mask_arg = f", {mask}" if mask else ""
+        self.out.writeline(f"tl.atomic_{_ATOMIC_OPS[mode]}({address}, {value}{mask_arg}, sem='relaxed')")
 
     def index_expr(self, index, dtype):
         index = self.kernel_index(index)
@@ -356,6 +372,28 @@ class TritonKernel:
         else:
             result = self._persistent_reduction(reduction_type, value_text, mask, identity, result_dtype)
         self.cse.cache[key] = result
+        return result
+
+    def scan(self, dtype, scan_type, value):
+        """The running ``scan_type`` of ``value`` along the row, inclusive. A persistent
+        kernel scans the whole row at once; a looped one scans each block and combines it
+        with the carried total of the blocks before (lanes past the row's end come last,
+        so they never reach a valid prefix)."""
+        helpers = f"tf_helpers.{scan_type}"   # tf_helpers.sum_scan and .sum_total, ...
+        combine = f"tf_helpers.scan_{scan_type}"
+        ttype = TRITON_TYPES[compute_dtype(dtype)]
+        spread = f"tl.full([XBLOCK, RBLOCK], {value}, {ttype})" if isinstance(value, Constant) \
+            else f"tl.broadcast_to({value}, [XBLOCK, RBLOCK]).to({ttype})"
+        v = self.cse.generate(self.out, spread, dtype, over_r=True)
+        block = self.cse.generate(self.out, f"{helpers}_scan({v}, 1)", dtype, over_r=True)
+        if not self.looped:
+            return block
+        carry = f"_carry{self.acc_counter}"
+        self.acc_counter += 1
+        identity = triton_constant(reduction_identity(scan_type, compute_dtype(dtype)), compute_dtype(dtype))
+        self.segment.pre.writeline(f"{carry} = tl.full([XBLOCK, 1], {identity}, {ttype})")
+        result = self.cse.generate(self.out, f"{combine}({carry}, {block})", dtype, over_r=True)
+        self.out.writeline(f"{carry} = {combine}({carry}, {helpers}_total({v}, 1)[:, None])")
         return result
 
     def _welford(self, value):
@@ -498,6 +536,8 @@ def _result_dtype(op_name, operands):
             return operand.dtype
     return torch.float32
 
+
+_ATOMIC_OPS = {"sum": "add", "max": "max", "min": "min"}   # store_scatter modes done atomically
 
 _COMBINE = {
     "sum": "{acc} + {value}",

@@ -8,6 +8,7 @@ import os
 
 import jinja2
 import sympy
+import torch
 
 from ... import config, metrics
 from ...dependencies import plan_and_deps
@@ -27,6 +28,15 @@ class TritonScheduling(BackendScheduling):
     ops_table = TRITON_OPS
     use_libdevice = True
     launcher_device = "cuda"
+    # indirect writes that combine with the element are atomics (kernel.py, _ATOMIC_OPS):
+    # tl.atomic_add/max/min on these dtypes in triton 3.6 and 3.9 (half floats go
+    # through a float32 copy in lowering; tl has no atomic multiply)
+    scatter_dtypes = {
+        "sum": {torch.float32, torch.float64, torch.int32, torch.int64},
+        "max": {torch.float32, torch.float64, torch.int32, torch.int64},
+        "min": {torch.float32, torch.float64, torch.int32, torch.int64},
+    }
+    deterministic_scatter = False   # atomic float sums land in any order
 
     @staticmethod
     def split_reduction_target(device) -> int:
