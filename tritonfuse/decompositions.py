@@ -9,7 +9,7 @@ aten = torch.ops.aten
 
 DECOMPOSED_OPS = [
     # normalizations and softmax
-    "_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "logsumexp",
+    "_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "logsumexp", "_safe_softmax",
     "native_layer_norm", "native_layer_norm_backward", "native_group_norm", "native_group_norm_backward",
     "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training", "native_batch_norm_backward",
     "rms_norm", "_fused_rms_norm", "linalg_vector_norm", "norm", "std_mean", "aminmax",
@@ -20,6 +20,8 @@ DECOMPOSED_OPS = [
     "mish", "mish_backward", "log_sigmoid_forward", "log_sigmoid_backward", "logit", "xlogy",
     # losses
     "mse_loss", "mse_loss_backward", "smooth_l1_loss", "huber_loss", "nll_loss_forward", "nll_loss2d_forward",
+    "nll_loss_backward", "nll_loss2d_backward",   # one-hot scatters: pointwise (lowering/indexing.py)
+    "embedding_dense_backward",                   # zeros + masked index_put(accumulate=True)
     "binary_cross_entropy", "binary_cross_entropy_backward", "binary_cross_entropy_with_logits",
     # pointwise composites
     "rsub", "addcmul", "addcdiv", "lerp", "masked_fill", "frac", "deg2rad", "rad2deg", "square",

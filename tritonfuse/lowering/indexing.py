@@ -1,0 +1,356 @@
+"""Indexing: indirect loads (index, gather, embedding, the unsafe and masked forms) and
+indirect writes (scatter, scatter_add, scatter_reduce, index_put, index_add and the
+unsafe and masked forms that aot_autograd's decompositions of embedding_dense_backward,
+nll_loss_backward and slice_scatter produce).
+
+An indirect write copies its input into a buffer made for it (a fill when the input is a
+constant such as zeros) and scatters into that buffer (``ir.Scatter``, ``ir.mutate``);
+the scheduler runs the copy first and keeps the scatter out of its readers' kernels. Two
+cases need no write at all and become pointwise, fusing both ways:
+
+  * one index per line (``index.size(dim) == 1``, as in nll_loss_backward's one-hot
+    scatter): ``out[p] = p[dim] == index[p with dim 0] ? combine(self[p], src) : self[p]``;
+  * index_put with a boolean mask covering leading dims and one value:
+    ``out = where(mask, value, self)`` (or ``self + where(mask, value, 0)`` accumulating).
+"""
+import sympy
+import torch
+
+from .. import sym
+from ..codegen.registry import deterministic_scatter, scatter_dtypes
+from ..ir import Layout, Pointwise, Scatter, StorageBox, TensorBox, buffer_of, mutate, origins_of
+from ..ops_table import reduction_identity
+from ..virtualized import ops
+from .registry import Unsupported, aten, broadcast_shapes, expand, make_loader, register_lowering
+from .tensor_ops import _check_dtype, _meta
+
+_INDEX_DTYPES = (torch.int64, torch.int32)
+# scatter_reduce / scatter(reduce=) names -> ops_table.SCATTER_MODES
+_REDUCE_MODES = {"sum": "sum", "add": "sum", "prod": "prod", "multiply": "prod", "amax": "max", "amin": "min"}
+
+
+def _normalize_dim(dim, ndim):
+    return dim + ndim if dim < 0 else dim
+
+
+def _indirect(index_loader, position, dim_size):
+    return ops.indirect_indexing(index_loader(position), dim_size)
+
+
+def _clamped(index_loader, dtype, dim_size):
+    """Index values clamped to [-dim_size, dim_size - 1] (valid, negatives wrapping)."""
+    size = sym.to_int(dim_size)
+
+    def load(position):
+        value = ops.maximum(index_loader(position), ops.constant(-size, dtype))
+        return ops.minimum(value, ops.constant(size - 1, dtype))
+    return load
+
+
+# ---- indirect loads ---------------------------------------------------------------------
+
+def _index_layout(x_size, indices, clamp=False):
+    """Where ``x[indices]`` (advanced indexing, ``None`` for a full dim) reads ``x``.
+    Returns (result size, source(index) -> index into ``x``). The index tensors broadcast
+    to one shape, which takes the place of the indexed dims when they are adjacent and
+    leads otherwise, as in eager. ``clamp``: indices are clamped into the dim (for masked
+    writes, whose indices need not be valid where the mask is off)."""
+    positions = [i for i, t in enumerate(indices) if t is not None]
+    index_tensors = [indices[i] for i in positions]
+    for t in index_tensors:
+        if t.get_dtype() not in _INDEX_DTYPES:
+            raise Unsupported(f"indexing with a {t.get_dtype()} tensor")
+    index_shape = broadcast_shapes(*[t.get_size() for t in index_tensors])
+    index_loaders = [expand(t, index_shape).make_loader() for t in index_tensors]
+    if clamp:
+        index_loaders = [_clamped(load, t.get_dtype(), x_size[d])
+                         for load, t, d in zip(index_loaders, index_tensors, positions)]
+    n_index = len(index_shape)
+    rest_dims = [d for d in range(len(x_size)) if d not in positions]
+    adjacent = positions == list(range(positions[0], positions[-1] + 1))
+    before = positions[0] if adjacent else 0
+    out_size = [x_size[d] for d in rest_dims[:before]] + list(index_shape) + [x_size[d] for d in rest_dims[before:]]
+
+    def source(out_index):
+        out_index = list(out_index)
+        index_part = out_index[before:before + n_index]
+        rest = iter(out_index[:before] + out_index[before + n_index:])
+        result = []
+        for d in range(len(x_size)):
+            if d in positions:
+                result.append(_indirect(index_loaders[positions.index(d)], index_part, x_size[d]))
+            else:
+                result.append(next(rest))
+        return result
+    return out_size, source
+
+
+@register_lowering(aten.index.Tensor, aten._unsafe_index.Tensor)
+def index(x, indices):
+    out_size, source = _index_layout(list(x.get_size()), indices)
+    loader = x.make_loader()
+    return TensorBox.create(Pointwise(x.get_device(), x.get_dtype(), lambda idx: loader(source(idx)), out_size,
+                                      origins=origins_of([x]) + ("index",)))
+
+
+@register_lowering(aten._unsafe_masked_index)
+def unsafe_masked_index(x, mask, indices, fill):
+    """``x[indices]`` where ``mask`` holds, ``fill`` elsewhere; the indices may be out of
+    range where the mask is false (slice_scatter's decomposition), so nothing is read there."""
+    out_size, source = _index_layout(list(x.get_size()), indices)
+    loader = x.make_loader()
+    mask_loader = expand(mask, out_size).make_loader()
+    dtype = x.get_dtype()
+
+    def inner_fn(idx):
+        condition = mask_loader(idx)
+        if mask.get_dtype() != torch.bool:
+            condition = ops.to_dtype(condition, torch.bool)
+        return ops.masked(condition, lambda: loader(source(idx)), fill)
+    return TensorBox.create(Pointwise(x.get_device(), dtype, inner_fn, out_size,
+                                      origins=origins_of([x]) + ("masked_index",)))
+
+
+@register_lowering(aten.gather)
+def gather(x, dim, index_tensor, sparse_grad=False):
+    size = list(x.get_size())
+    dim = _normalize_dim(dim, len(size))
+    loader = x.make_loader()
+    index_loader = index_tensor.make_loader()
+
+    def inner_fn(index):
+        source = list(index)
+        source[dim] = _indirect(index_loader, index, size[dim])
+        return loader(source)
+    return TensorBox.create(Pointwise(x.get_device(), x.get_dtype(), inner_fn, list(index_tensor.get_size()),
+                                      origins=("gather",)))
+
+
+@register_lowering(aten.embedding)
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    weight_loader = weight.make_loader()
+    index_loader = indices.make_loader()
+    rows = weight.get_size()[0]
+    index_ndim = len(indices.get_size())
+    out_size = list(indices.get_size()) + [weight.get_size()[1]]
+
+    def inner_fn(index):
+        row = _indirect(index_loader, index[:index_ndim], rows)
+        return weight_loader([row, index[index_ndim]])
+    return TensorBox.create(Pointwise(weight.get_device(), weight.get_dtype(), inner_fn, out_size,
+                                      origins=("embedding",)))
+
+
+# ---- indirect writes: the shared machinery ----------------------------------------------
+
+def _fresh_copy(x: TensorBox, dtype, layout_like=None):
+    """A new buffer holding ``x`` as ``dtype``, for a scatter to write into: laid out as
+    ``layout_like`` (eager's result) when that is dense, else contiguous."""
+    from ..graph import _is_dense
+    size = list(x.get_size())
+    layout = None
+    if layout_like is not None and dtype == layout_like.dtype and _is_dense(list(layout_like.shape),
+                                                                            list(layout_like.stride())):
+        layout = Layout(x.get_device(), dtype, [sympy.Integer(s) for s in layout_like.shape],
+                        [sympy.Integer(s) for s in layout_like.stride()])
+    origins = origins_of([x]) or ("copy",)
+    return StorageBox(Pointwise(x.get_device(), dtype, make_loader(x, dtype), size, origins=origins)).realize(layout)
+
+
+def _scatter_into(x, ranges, output_indexer, passes, origin):
+    """``x`` after, for each ``(value_fn, mode)`` of ``passes`` in turn, ``value_fn(i)`` (in
+    x's dtype) is written to element ``output_indexer(i)`` for every ``i`` in ``ranges``, or
+    combined with it by ``mode`` (ops_table.SCATTER_MODES)."""
+    dtype, device = x.get_dtype(), x.get_device()
+    _check_dtype(dtype)
+    origins = tuple(dict.fromkeys(origins_of([x]) + (origin,)))
+    if sym.to_int(sym.product(ranges)) == 0:
+        return TensorBox.create(Pointwise(device, dtype, x.make_loader(), list(x.get_size()), origins=origins))
+    if not all(_backend_combines(device, dtype, mode) for _, mode in passes):
+        if dtype in (torch.float16, torch.bfloat16) \
+                and all(_backend_combines(device, torch.float32, mode) for _, mode in passes):
+            # combine in a float32 copy, round once at the end
+            wide = [(lambda i, fn=fn: ops.to_dtype(fn(i), torch.float32), mode) for fn, mode in passes]
+            return _cast(_scatter_into(_cast(x, torch.float32), ranges, output_indexer, wide, origin), dtype)
+        modes = ", ".join(str(mode) for _, mode in passes if mode is not None)
+        raise Unsupported(f"{modes} scatter into {dtype} tensors is not supported on {device.type}")
+    if any(mode == "sum" for _, mode in passes) and dtype.is_floating_point \
+            and torch.are_deterministic_algorithms_enabled() and not deterministic_scatter(device.type):
+        raise Unsupported("deterministic algorithms are enabled and atomic float sums are not deterministic")
+    result = TensorBox(StorageBox(_fresh_copy(x, dtype, _meta())))
+    for value_fn, mode in passes:
+        scatter = Scatter(device, dtype, value_fn, list(ranges), origins=origins, output_indexer=output_indexer,
+                          mode=mode)
+        result = mutate(buffer_of(result), scatter)
+    return result
+
+
+def _backend_combines(device, dtype, mode) -> bool:
+    return mode is None or dtype in scatter_dtypes(device.type, mode)
+
+
+def _cast(x, dtype):
+    return TensorBox.create(Pointwise(x.get_device(), dtype, make_loader(x, dtype), list(x.get_size()),
+                                      origins=origins_of([x]) + ("to_copy",)))
+
+
+def _value_loader(value, size, dtype):
+    """A loader of ``value`` (tensor, broadcast to ``size``, or python scalar) as ``dtype``."""
+    if isinstance(value, TensorBox):
+        value = expand(value, size)
+    return make_loader(value, dtype)
+
+
+# ---- scatter, scatter_add, scatter_reduce ---------------------------------------------
+
+@register_lowering(aten.scatter.src, aten.scatter.value)
+def scatter(x, dim, index, src):
+    return _scatter(x, dim, index, src, None, True, "scatter")
+
+
+@register_lowering(aten.scatter.reduce, aten.scatter.value_reduce)
+def scatter_with_reduce(x, dim, index, src, reduce):
+    return _scatter(x, dim, index, src, _reduce_mode(reduce), True, "scatter")
+
+
+@register_lowering(aten.scatter_add)
+def scatter_add(x, dim, index, src):
+    return _scatter(x, dim, index, src, "sum", True, "scatter_add")
+
+
+@register_lowering(aten.scatter_reduce.two)
+def scatter_reduce(x, dim, index, src, reduce, include_self=True):
+    return _scatter(x, dim, index, src, _reduce_mode(reduce), include_self, "scatter_reduce")
+
+
+def _reduce_mode(reduce):
+    if reduce not in _REDUCE_MODES:
+        raise Unsupported(f"scatter reduction {reduce!r}")
+    return _REDUCE_MODES[reduce]
+
+
+def _scatter(x, dim, index, src, mode, include_self, origin):
+    size = list(x.get_size())
+    if not size:
+        raise Unsupported("scatter into a 0-d tensor")
+    if index.get_dtype() not in _INDEX_DTYPES:
+        raise Unsupported(f"scatter with a {index.get_dtype()} index")
+    dim = _normalize_dim(dim, len(size))
+    ranges = list(index.get_size())
+    dtype = x.get_dtype()
+    index_loader = index.make_loader()
+    src_loader = make_loader(src, dtype)   # src[i] for i in the index's shape (src may be larger)
+    if _one_index_per_line(size, ranges, dim):
+        return _one_hot_scatter(x, dim, index_loader, src_loader, mode, include_self, origin)
+
+    def output_indexer(i):
+        target = list(i)
+        target[dim] = _indirect(index_loader, i, size[dim])
+        return target
+    passes = [(src_loader, mode)]
+    if not include_self:   # the elements written start from the reduction's identity
+        identity = reduction_identity(mode, dtype)
+        passes.insert(0, (lambda i: ops.constant(identity, dtype), None))
+    return _scatter_into(x, ranges, output_indexer, passes, origin)
+
+
+def _one_index_per_line(size, index_size, dim) -> bool:
+    return sym.to_int(index_size[dim]) == 1 and all(
+        sym.to_int(a) == sym.to_int(b) for d, (a, b) in enumerate(zip(size, index_size)) if d != dim)
+
+
+_COMBINE_OPS = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}   # SCATTER_MODES -> ops
+
+
+def _one_hot_scatter(x, dim, index_loader, src_loader, mode, include_self, origin):
+    """A scatter whose index has one entry per line along ``dim``: each element compares its
+    position with its line's index (eager raises on an index out of range; here such a
+    line is left unchanged)."""
+    x_loader = x.make_loader()
+    dtype = x.get_dtype()
+
+    def inner_fn(p):
+        line = list(p)
+        line[dim] = sympy.Integer(0)
+        hit = ops.eq(ops.to_dtype(index_loader(line), torch.int64), ops.index_expr(p[dim], torch.int64))
+        old, new = x_loader(p), src_loader(line)
+        if mode is not None and include_self:
+            new = getattr(ops, _COMBINE_OPS[mode])(old, new)
+        return ops.where(hit, new, old)
+    return TensorBox.create(Pointwise(x.get_device(), dtype, inner_fn, list(x.get_size()),
+                                      origins=tuple(dict.fromkeys(origins_of([x]) + (origin,)))))
+
+
+# ---- index_put, index_add ---------------------------------------------------------------
+
+@register_lowering(aten.index_put, aten._unsafe_index_put)
+def index_put(x, indices, values, accumulate=False):
+    if any(t is not None and t.get_dtype() == torch.bool for t in indices):
+        return _mask_put(x, indices, values, accumulate)
+    out_size, source = _index_layout(list(x.get_size()), indices)
+    value_loader = _value_loader(values, out_size, x.get_dtype())
+    return _scatter_into(x, out_size, source, [(value_loader, "sum" if accumulate else None)], "index_put")
+
+
+@register_lowering(aten._unsafe_masked_index_put_accumulate)
+def unsafe_masked_index_put_accumulate(x, mask, indices, values):
+    """index_put(accumulate=True) of ``values`` where ``mask`` holds (embedding_dense_backward's
+    decomposition). Where it does not, the indices need not be valid: they are clamped
+    and 0 is added."""
+    out_size, source = _index_layout(list(x.get_size()), indices, clamp=True)
+    dtype = x.get_dtype()
+    mask_loader = expand(mask, out_size).make_loader()
+    value_loader = _value_loader(values, out_size, dtype)
+
+    def value_fn(i):
+        return ops.where(mask_loader(i), value_loader(i), ops.constant(0, dtype))
+    return _scatter_into(x, out_size, source, [(value_fn, "sum")], "index_put")
+
+
+def _mask_put(x, indices, values, accumulate):
+    """``x[mask] = value`` (or ``+=``) with one boolean mask over the leading dims and a
+    single value: pointwise, no write."""
+    if len([t for t in indices if t is not None]) != 1 or indices[0] is None:
+        raise Unsupported("index_put with a boolean mask among other indices")
+    mask = indices[0]
+    mask_size = [sym.to_int(s) for s in mask.get_size()]
+    size = list(x.get_size())
+    if mask_size != [sym.to_int(s) for s in size[:len(mask_size)]]:
+        raise Unsupported("index_put with a boolean mask of another shape")
+    if sym.to_int(values.numel()) != 1:
+        raise Unsupported("index_put of several values through a boolean mask (data-dependent count)")
+    dtype = x.get_dtype()
+    x_loader, mask_loader, value_loader = x.make_loader(), mask.make_loader(), make_loader(values, dtype)
+    value_index = [sympy.Integer(0)] * len(values.get_size())
+
+    def inner_fn(p):
+        old, new = x_loader(p), value_loader(value_index)
+        if accumulate:
+            new = ops.add(old, new)
+        return ops.where(mask_loader(p[:len(mask_size)]), new, old)
+    return TensorBox.create(Pointwise(x.get_device(), dtype, inner_fn, size,
+                                      origins=tuple(dict.fromkeys(origins_of([x]) + ("index_put",)))))
+
+
+@register_lowering(aten.index_add)
+def index_add(x, dim, index, source, alpha=1):
+    size = list(x.get_size())
+    if not size or len(source.get_size()) != len(size):
+        raise Unsupported("index_add of tensors of other ranks")
+    if index.get_dtype() not in _INDEX_DTYPES:
+        raise Unsupported(f"index_add with a {index.get_dtype()} index")
+    dim = _normalize_dim(dim, len(size))
+    dtype = x.get_dtype()
+    index_loader = index.make_loader()
+    source_loader = make_loader(source, dtype)
+    index_ndim = len(index.get_size())   # 1, or 0 for a single index
+
+    def output_indexer(i):
+        target = list(i)
+        target[dim] = _indirect(index_loader, [i[dim]][:index_ndim], size[dim])
+        return target
+
+    def value_fn(i):
+        value = source_loader(i)
+        return value if alpha == 1 else ops.mul(value, ops.constant(alpha, dtype))
+    return _scatter_into(x, list(source.get_size()), output_indexer, [(value_fn, "sum")], "index_add")

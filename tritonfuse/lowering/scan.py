@@ -1,0 +1,48 @@
+"""Scans: cumsum, cumprod, logcumsumexp.
+
+Each is an ``ir.Scan`` along one dim, realized at once (like a reduction) so that the
+scheduler fuses what feeds it and what reads it into its kernel. Values are combined in
+eager's accumulation dtype: the result dtype (int64 for integer and bool cumsum/cumprod)
+computed in float32 for float16/bfloat16, rounded per element on store.
+"""
+import torch
+
+from .. import sym
+from ..ir import Pointwise, Scan, StorageBox, TensorBox, origins_of
+from .registry import Unsupported, aten, make_loader, register_lowering
+from .tensor_ops import _check_dtype, _meta
+
+
+@register_lowering(aten.cumsum)
+def cumsum(x, dim, dtype=None):
+    return _scan(x, dim, "sum", "cumsum")
+
+
+@register_lowering(aten.cumprod)
+def cumprod(x, dim, dtype=None):
+    return _scan(x, dim, "prod", "cumprod")
+
+
+@register_lowering(aten.logcumsumexp)
+def logcumsumexp(x, dim):
+    if not _meta().dtype.is_floating_point:
+        raise Unsupported("logcumsumexp of a non-float tensor")
+    return _scan(x, dim, "logaddexp", "logcumsumexp")
+
+
+def _scan(x, dim, scan_type, origin):
+    dtype = _meta().dtype
+    _check_dtype(dtype)
+    if dtype == torch.bool:
+        raise Unsupported(f"{origin} to bool")
+    size = list(x.get_size())
+    loader = make_loader(x, dtype)
+    origins = tuple(dict.fromkeys(origins_of([x]) + (origin,)))
+    if not size or sym.to_int(size[dim]) <= 1 or sym.to_int(x.numel()) == 0:   # nothing to combine: a copy
+        return TensorBox.create(Pointwise(x.get_device(), dtype, loader, size, origins=origins))
+    dim = dim + len(size) if dim < 0 else dim
+    scan = Scan(x.get_device(), dtype, loader, size[:dim] + size[dim + 1:], origins=origins,
+                scan_ranges=[size[dim]], axis=dim, scan_type=scan_type)
+    box = StorageBox(scan)
+    box.realize()
+    return TensorBox(box)
