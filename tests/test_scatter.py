@@ -227,6 +227,21 @@ def test_index_add(device, dim):
     _no_fallbacks()
 
 
+def test_index_copy_and_index_fill(device):
+    x = rand(5, 6, device=device)
+    index = torch.tensor([4, 0, 2], device=device)
+    check(lambda a, i: (a.index_copy(1, i, torch.arange(15.0, device=a.device).view(5, 3)),
+                        a.index_fill(0, i, -1.5), a.index_fill(1, i[1], a[0, 0])), x, index)
+    _no_fallbacks()
+
+
+def test_take(device):
+    x = rand(4, 6, device=device).t()   # take reads in row-major order of the (transposed) view
+    index = torch.tensor([[0, 23], [-1, 7], [11, -24]], device=device)
+    check(lambda a, i: torch.take(a * 2, i), x, index)
+    _no_fallbacks()
+
+
 # ---- fusion, determinism ------------------------------------------------------------------
 
 def test_scatter_kernel_computes_its_values_and_index(device):

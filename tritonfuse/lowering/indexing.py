@@ -1,6 +1,6 @@
-"""Indexing: indirect loads (index, gather, embedding, the unsafe and masked forms) and
-indirect writes (scatter, scatter_add, scatter_reduce, index_put, index_add and the
-unsafe and masked forms that aot_autograd's decompositions of embedding_dense_backward,
+"""Indexing: indirect loads (index, gather, take, embedding, the unsafe and masked forms)
+and indirect writes (scatter, scatter_add, scatter_reduce, index_put, index_add,
+index_copy, index_fill and the unsafe and masked forms that aot_autograd's decompositions of embedding_dense_backward,
 nll_loss_backward and slice_scatter produce).
 
 An indirect write copies its input into a buffer made for it (a fill when the input is a
@@ -139,6 +139,21 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
         return weight_loader([row, index[index_ndim]])
     return TensorBox.create(Pointwise(weight.get_device(), weight.get_dtype(), inner_fn, out_size,
                                       origins=("embedding",)))
+
+
+@register_lowering(aten.take)
+def take(x, index):
+    """``x.flatten()[index]`` (negative indices count from the end)."""
+    size = list(x.get_size())
+    loader, index_loader = x.make_loader(), index.make_loader()
+    if index.get_dtype() not in _INDEX_DTYPES:
+        raise Unsupported(f"take with a {index.get_dtype()} index")
+
+    def inner_fn(i):
+        flat = _indirect(index_loader, i, sym.product(size))
+        return loader(sym.unflatten(flat, size))
+    return TensorBox.create(Pointwise(x.get_device(), x.get_dtype(), inner_fn, list(index.get_size()),
+                                      origins=origins_of([x]) + ("take",)))
 
 
 # ---- indirect writes: the shared machinery ----------------------------------------------
@@ -334,23 +349,46 @@ def _mask_put(x, indices, values, accumulate):
 
 @register_lowering(aten.index_add)
 def index_add(x, dim, index, source, alpha=1):
-    size = list(x.get_size())
-    if not size or len(source.get_size()) != len(size):
-        raise Unsupported("index_add of tensors of other ranks")
-    if index.get_dtype() not in _INDEX_DTYPES:
-        raise Unsupported(f"index_add with a {index.get_dtype()} index")
-    dim = _normalize_dim(dim, len(size))
     dtype = x.get_dtype()
-    index_loader = index.make_loader()
     source_loader = make_loader(source, dtype)
+
+    def value_fn(i):
+        value = source_loader(i)
+        return value if alpha == 1 else ops.mul(value, ops.constant(alpha, dtype))
+    return _along_dim(x, dim, index, list(source.get_size()), value_fn, "sum", "index_add")
+
+
+@register_lowering(aten.index_copy)
+def index_copy(x, dim, index, source):
+    return _along_dim(x, dim, index, list(source.get_size()), make_loader(source, x.get_dtype()), None,
+                      "index_copy")
+
+
+@register_lowering(aten.index_fill)
+def index_fill(x, dim, index, value):
+    if isinstance(value, TensorBox) and value.get_size():
+        raise Unsupported("index_fill with a tensor of several elements")
+    size = list(x.get_size())
+    dim_ = _normalize_dim(dim, len(size)) if size else 0
+    ranges = size[:dim_] + (list(index.get_size()) or [sympy.Integer(1)]) + size[dim_ + 1:]
+    value_loader = make_loader(value, x.get_dtype())
+    return _along_dim(x, dim, index, ranges, lambda i: value_loader([]), None, "index_fill")
+
+
+def _along_dim(x, dim, index, ranges, value_fn, mode, origin):
+    """index_add/copy/fill: for every ``i`` of ``ranges`` (x's shape with ``dim`` as long as
+    the 1-d ``index``), element ``i`` with ``i[dim] = index[i[dim]]`` of x takes ``value_fn(i)``."""
+    size = list(x.get_size())
+    if not size or len(ranges) != len(size) or len(index.get_size()) > 1:
+        raise Unsupported(f"{origin} of tensors of other ranks")
+    if index.get_dtype() not in _INDEX_DTYPES:
+        raise Unsupported(f"{origin} with a {index.get_dtype()} index")
+    dim = _normalize_dim(dim, len(size))
+    index_loader = index.make_loader()
     index_ndim = len(index.get_size())   # 1, or 0 for a single index
 
     def output_indexer(i):
         target = list(i)
         target[dim] = _indirect(index_loader, [i[dim]][:index_ndim], size[dim])
         return target
-
-    def value_fn(i):
-        value = source_loader(i)
-        return value if alpha == 1 else ops.mul(value, ops.constant(alpha, dtype))
-    return _scatter_into(x, list(source.get_size()), output_indexer, [(value_fn, "sum")], "index_add")
+    return _scatter_into(x, ranges, output_indexer, [(value_fn, mode)], origin)

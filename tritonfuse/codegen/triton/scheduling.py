@@ -91,9 +91,9 @@ class TritonScheduling(BackendScheduling):
 
     @staticmethod
     def _reduction_hint(group):
-        """"outer" when the reductions read memory that is contiguous along x, not r."""
+        """"outer" when the reductions (or scans) read memory that is contiguous along x, not r."""
         for node, x_sizes, r_sizes, kind in group.node_layouts():
-            if kind != "reduction":
+            if kind not in ("reduction", "scan"):
                 continue
             plan, reads, _ = plan_and_deps(node.buffer, x_sizes, r_sizes)
             if not plan.r_sizes or not plan.x_sizes:
