@@ -15,7 +15,10 @@ So the threads split the owned dims and each walks the others in order:
 (with no owned outer dim the innermost owned dim is split in one contiguous share per
 thread). No atomics and no per-thread copies of the target: every element takes its
 writes in the source's row-major order, as in a serial loop, so plain stores keep the
-last write as eager's CPU kernels do and float sums are deterministic.
+last write as eager's CPU kernels do and float sums are deterministic. Measured on the
+2-core EPYC (embedding backward, a 4096x768 gradient into a 32000x768 table, run alone):
+1.35 ms split over two threads, 1.47 ms on one, 113 ms with a private table per thread
+combined after (zeroing and adding two 98 MB copies).
 
 An index out of bounds writes nothing (the store is guarded): eager raises there, and a
 C++ kernel has no way to raise, but it must never write outside the tensor.

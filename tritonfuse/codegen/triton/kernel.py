@@ -209,7 +209,7 @@ class TritonKernel:
 
     def _mask_for(self, index) -> Optional[str]:
         parts = []
-        uses_r = self.node_kind in ("xr", "reduction", "scan") and any(s.name.startswith("r") for s in index.free_symbols)
+        uses_r = self._value_over_r() and any(s.name.startswith("r") for s in index.free_symbols)
         if self.needs_ymask:
             parts.append("ymask")
         if self.needs_xmask:
