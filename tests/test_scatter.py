@@ -242,6 +242,16 @@ def test_take(device):
     _no_fallbacks()
 
 
+def test_scatter_in_a_reduction_kernel_with_an_index_constant_along_the_row(device):
+    """The scatter reads softmax's rows (one kernel on Triton) through an index that is the
+    same for the whole row: every lane of a row adds into one element."""
+    torch.manual_seed(0)
+    x, w = torch.zeros(7, device=device), rand(5, 6, device=device)
+    index = torch.tensor([[3], [0], [3], [6], [1]], device=device)
+    check(lambda a, i, b: torch.index_put(a, [i.expand_as(b)], torch.softmax(b, -1), accumulate=True), x, index, w)
+    _no_fallbacks()
+
+
 # ---- fusion, determinism ------------------------------------------------------------------
 
 def test_scatter_kernel_computes_its_values_and_index(device):

@@ -198,14 +198,16 @@ class TritonKernel:
         """The index as printed; a block of it when it depends on no block variable."""
         text = texpr(index)
         if not any(s.name.startswith(("x", "r", "tmp")) for s in index.free_symbols):
-            if self.tiled:
-                shape = "[YBLOCK, XBLOCK]"
-            elif not self.has_r:
-                shape = "[XBLOCK]"
-            else:
-                shape = "[XBLOCK, RBLOCK]" if self.node_kind in ("xr", "scan") else "[XBLOCK, 1]"
-            text = f"{text} + tl.zeros({shape}, tl.int32)"
+            text = f"{text} + tl.zeros({self._node_block_shape()}, tl.int32)"
         return text
+
+    def _node_block_shape(self) -> str:
+        """The block the current node's values span."""
+        if self.tiled:
+            return "[YBLOCK, XBLOCK]"
+        if not self.has_r:
+            return "[XBLOCK]"
+        return "[XBLOCK, RBLOCK]" if self.node_kind in ("xr", "scan") else "[XBLOCK, 1]"
 
     def _mask_for(self, index) -> Optional[str]:
         parts = []
@@ -282,7 +284,9 @@ class TritonKernel:
         if self.needs_rmask and self.node_kind in ("xr", "scan"):
             parts.append("rmask")
         mask = " & ".join(parts + self.mask_stack) or None
-        address = f"{pointer} + ({self._pointer_offset(index)})"
+        # the whole block: the index may vary along fewer dims than the value (lanes that
+        # write one element, all of them adding)
+        address = f"{pointer} + tl.broadcast_to({self._pointer_offset(index)}, {self._node_block_shape()})"
         if mode is None:
             self.out.writeline(f"tl.store({address}, {value}" + (f", {mask})" if mask else ")"))
             return
