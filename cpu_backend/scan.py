@@ -1,4 +1,4 @@
-"""Scans of the C++ backend (cumsum, cumprod, logcumsumexp): a sequential loop along the
+"""Scans of the C++ backend (cumsum, cumprod, logcumsumexp, cummax, cummin): a sequential loop along the
 scanned dim, parallel over the rows. A mixin of CppKernel.
 
 A scan kernel holds scans and pointwise nodes over the same elements (what feeds the
@@ -22,15 +22,17 @@ import torch
 from tritonfuse.codegen.common import IndentedBuffer
 from tritonfuse.ops_table import reduction_identity
 
-from .common import CppVar, compute_dtype, cpp_constant, ctype
+from .common import CppVar, cexpr, compute_dtype, cpp_constant, ctype
 
-# eager's CPU scans carry a float32 running value in double (at::acc_type)
+# eager's CPU cumsum/cumprod/logcumsumexp carry a float32 running value in double (at::acc_type)
 _ACCUMULATE = {torch.float32: torch.float64}
 
 _SCAN_COMBINE = {
     "sum": "({a} + {b})",
     "prod": "({a} * {b})",
     "logaddexp": "tf::scan_logaddexp({a}, {b})",
+    "max": "tf::maximum({a}, {b})",
+    "min": "tf::minimum({a}, {b})",
 }
 
 
@@ -49,7 +51,11 @@ class CppScans:
         return self._function(body)
 
     def scan(self, dtype, scan_type, value):
-        acc_dtype = _ACCUMULATE.get(compute_dtype(dtype), compute_dtype(dtype))
+        if scan_type in ("argmax", "argmin"):
+            return self._position_scan(scan_type, value)
+        acc_dtype = compute_dtype(dtype)
+        if scan_type in ("sum", "prod", "logaddexp"):
+            acc_dtype = _ACCUMULATE.get(acc_dtype, acc_dtype)
         t = ctype(acc_dtype)
         identity = cpp_constant(reduction_identity(scan_type, acc_dtype), acc_dtype)
         acc = f"scan{self.acc_counter}"
@@ -59,3 +65,23 @@ class CppScans:
         step = _SCAN_COMBINE[scan_type].format(a=acc, b=self._vec_if(self.to_dtype(value, acc_dtype), vec))
         self.code.writeline(f"{acc} = {step};")
         return self.to_dtype(CppVar(acc, acc_dtype, vec), dtype)   # each element rounds once, as eager
+
+    def _position_scan(self, scan_type, value):
+        """The position of the running max/min: a (value, position) pair per row (lane)."""
+        acc_dtype = compute_dtype(value.dtype)
+        t = ctype(acc_dtype)
+        identity = cpp_constant(reduction_identity(scan_type, acc_dtype), acc_dtype)
+        acc = f"scan{self.acc_counter}"
+        self.acc_counter += 1
+        vec = self.vec_mode
+        value = self._vec_if(value, vec)
+        position = f"int64_t({cexpr(self._local_index())})"
+        if vec:
+            self.pre.writeline(f"tf::Vec<{t}> {acc}({identity}); tf::Vec<int64_t> {acc}_index(int64_t(0));")
+            position = f"tf::Vec<int64_t>({position})"
+        else:
+            self.pre.writeline(f"{t} {acc}({identity}); int64_t {acc}_index(0);")
+        self.code.writeline(f"const auto {acc}_take = tf::scan_takes_{scan_type[3:]}({acc}, {value});")
+        self.code.writeline(f"{acc} = tf::where({acc}_take, {value}, {acc});")
+        self.code.writeline(f"{acc}_index = tf::where({acc}_take, {position}, {acc}_index);")
+        return CppVar(f"{acc}_index", torch.int64, vec)

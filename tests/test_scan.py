@@ -103,3 +103,22 @@ def test_cumsum_backward(device):
     assert tritonfuse.metrics.eager_graphs == 0
     torch.testing.assert_close(x_compiled.grad, x_eager.grad, atol=1e-5, rtol=1e-5)
     assert not any("cumsum" in op for op in tritonfuse.metrics.fallbacks)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_cummax_cummin_with_ties(device, dtype, monkeypatch):
+    """Ties take the later position, as in eager; also across the blocks of a looped kernel."""
+    monkeypatch.setattr(heuristics, "PERSISTENT_REDUCTION_MAX_RBLOCK", 16)
+    torch.manual_seed(0)
+    x = rand(3, 37, dtype=dtype, device=device, low=-4, high=4)   # many equal values
+    if dtype.is_floating_point:
+        x = x.round()
+    check(lambda a: (torch.cummax(a, 1), torch.cummin(a, 0), torch.cummax(a * 2, -1).indices + 1), x)
+    _no_fallbacks()
+
+
+def test_cummax_nan_takes_over(device):
+    nan = float("nan")
+    x = torch.tensor([[1.0, nan, 3.0, nan, 0.5], [2.0, 2.0, -1.0, 5.0, 5.0]], device=device)
+    check(lambda a: (torch.cummax(a, 1), torch.cummin(a, 1)), x)
+    _no_fallbacks()

@@ -64,8 +64,10 @@ REDUCTION_IDENTITY = {"sum": 0, "prod": 1, "any": False, "all": True}
 
 # How store_scatter combines a value with the element it lands on: None overwrites it.
 SCATTER_MODES = (None, "sum", "prod", "max", "min")
-# The combine ops of inclusive scans; logaddexp is log(exp(a) + exp(b)) (logcumsumexp).
-SCAN_TYPES = ("sum", "prod", "logaddexp", "max", "min")
+# The combine ops of inclusive scans; logaddexp is log(exp(a) + exp(b)) (logcumsumexp);
+# argmax/argmin give the position of the running max/min along the scanned dim (int64;
+# a NaN always takes over, a later equal value wins: cummax/cummin's indices).
+SCAN_TYPES = ("sum", "prod", "logaddexp", "max", "min", "argmax", "argmin")
 
 
 def reduction_identity(reduction_type, dtype):

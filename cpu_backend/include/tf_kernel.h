@@ -288,4 +288,12 @@ TF_INLINE Vec<T> scan_logaddexp(const Vec<T>& a, const Vec<T>& b) {
     return where((lo == hi) & isinf(hi), hi, hi + log1p(exp(lo - hi)));
 }
 
+// cummax/cummin's indices: whether `v` takes over the running extremum `acc` (a NaN always
+// does, a later equal value wins), for scalars and vectors alike.
+template <typename T>
+TF_INLINE auto scan_takes_max(const T& acc, const T& v) { return isnan(v) || (!isnan(acc) && v >= acc); }
+
+template <typename T>
+TF_INLINE auto scan_takes_min(const T& acc, const T& v) { return isnan(v) || (!isnan(acc) && v <= acc); }
+
 }  // namespace tf

@@ -220,9 +220,9 @@ def scan_sum(a, b):
     return a + b
 
 
-@triton.jit
-def scan_prod(a, b):
-    return a * b
+# the reductions' combine steps and totals serve the scans of the same op
+scan_prod, scan_max, scan_min = _prod_combine, _max_combine, _min_combine
+prod_total, max_total, min_total = prod, max2, min2
 
 
 @triton.jit
@@ -242,7 +242,7 @@ def sum_scan(values, axis: tl.constexpr):
 
 @triton.jit
 def prod_scan(values, axis: tl.constexpr):
-    return tl.associative_scan(values, axis, scan_prod)
+    return tl.associative_scan(values, axis, _prod_combine)
 
 
 @triton.jit
@@ -256,10 +256,48 @@ def sum_total(values, axis: tl.constexpr):
 
 
 @triton.jit
-def prod_total(values, axis: tl.constexpr):
-    return tl.reduce(values, axis, scan_prod)
+def logaddexp_total(values, axis: tl.constexpr):
+    return tl.reduce(values, axis, scan_logaddexp)
 
 
 @triton.jit
-def logaddexp_total(values, axis: tl.constexpr):
-    return tl.reduce(values, axis, scan_logaddexp)
+def max_scan(values, axis: tl.constexpr):
+    return tl.associative_scan(values, axis, _max_combine)
+
+
+@triton.jit
+def min_scan(values, axis: tl.constexpr):
+    return tl.associative_scan(values, axis, _min_combine)
+
+
+@triton.jit
+def scan_argmax(value_a, index_a, value_b, index_b):
+    """cummax's (value, position) step: a NaN always takes over, a later equal value wins."""
+    take = is_nan(value_b) | (~is_nan(value_a) & (value_b >= value_a))
+    return tl.where(take, value_b, value_a), tl.where(take, index_b, index_a)
+
+
+@triton.jit
+def scan_argmin(value_a, index_a, value_b, index_b):
+    take = is_nan(value_b) | (~is_nan(value_a) & (value_b <= value_a))
+    return tl.where(take, value_b, value_a), tl.where(take, index_b, index_a)
+
+
+@triton.jit
+def argmax_scan(values, indices, axis: tl.constexpr):
+    return tl.associative_scan((values, indices), axis, scan_argmax)
+
+
+@triton.jit
+def argmin_scan(values, indices, axis: tl.constexpr):
+    return tl.associative_scan((values, indices), axis, scan_argmin)
+
+
+@triton.jit
+def argmax_total(values, indices, axis: tl.constexpr):
+    return tl.reduce((values, indices), axis, scan_argmax)
+
+
+@triton.jit
+def argmin_total(values, indices, axis: tl.constexpr):
+    return tl.reduce((values, indices), axis, scan_argmin)

@@ -382,23 +382,41 @@ class TritonKernel:
         """The running ``scan_type`` of ``value`` along the row, inclusive. A persistent
         kernel scans the whole row at once; a looped one scans each block and combines it
         with the carried total of the blocks before (lanes past the row's end come last,
-        so they never reach a valid prefix)."""
+        so they never reach a valid prefix). argmax/argmin scan (value, position) pairs."""
         helpers = f"tf_helpers.{scan_type}"   # tf_helpers.sum_scan and .sum_total, ...
         combine = f"tf_helpers.scan_{scan_type}"
-        ttype = TRITON_TYPES[compute_dtype(dtype)]
+        paired = scan_type in ("argmax", "argmin")
+        value_dtype = compute_dtype(value.dtype if paired else dtype)
+        ttype = TRITON_TYPES[value_dtype]
         spread = f"tl.full([XBLOCK, RBLOCK], {value}, {ttype})" if isinstance(value, Constant) \
             else f"tl.broadcast_to({value}, [XBLOCK, RBLOCK]).to({ttype})"
-        v = self.cse.generate(self.out, spread, dtype, over_r=True)
-        block = self.cse.generate(self.out, f"{helpers}_scan({v}, 1)", dtype, over_r=True)
+        v = self.cse.generate(self.out, spread, value_dtype, over_r=True)
+        if paired:
+            position = self.cse.generate(self.out, "tl.broadcast_to(rindex, [XBLOCK, RBLOCK]).to(tl.int64)",
+                                         torch.int64, over_r=True)
+            v = f"{v}, {position}"
+        block = self._scan_parts(f"{helpers}_scan({v}, 1)", paired, value_dtype)
         if not self.looped:
-            return block
-        carry = f"_carry{self.acc_counter}"
+            return block[-1]
+        carry = [f"_carry{self.acc_counter}"] + ([f"_carry{self.acc_counter}_index"] if paired else [])
         self.acc_counter += 1
-        identity = triton_constant(reduction_identity(scan_type, compute_dtype(dtype)), compute_dtype(dtype))
-        self.segment.pre.writeline(f"{carry} = tl.full([XBLOCK, 1], {identity}, {ttype})")
-        result = self.cse.generate(self.out, f"{combine}({carry}, {block})", dtype, over_r=True)
-        self.out.writeline(f"{carry} = {combine}({carry}, {helpers}_total({v}, 1)[:, None])")
-        return result
+        identity = triton_constant(reduction_identity(scan_type, value_dtype), value_dtype)
+        self.segment.pre.writeline(f"{carry[0]} = tl.full([XBLOCK, 1], {identity}, {ttype})")
+        if paired:
+            self.segment.pre.writeline(f"{carry[1]} = tl.zeros([XBLOCK, 1], tl.int64)")
+        carried = ", ".join(carry)
+        result = self._scan_parts(f"{combine}({carried}, {', '.join(map(str, block))})", paired, value_dtype)
+        total = self._scan_parts(f"{helpers}_total({v}, 1)", paired, value_dtype)
+        self.out.writeline(f"{carried} = {combine}({carried}, {', '.join(f'{t}[:, None]' for t in total)})")
+        return result[-1]
+
+    def _scan_parts(self, expr, paired, value_dtype):
+        """``expr``'s result: [value], or [value, position] for a paired scan."""
+        if not paired:
+            return [self.cse.generate(self.out, expr, value_dtype, over_r=True)]
+        parts = [self.cse.new_var(value_dtype, over_r=True), self.cse.new_var(torch.int64, over_r=True)]
+        self.out.writeline(f"{parts[0]}, {parts[1]} = {expr}")
+        return parts
 
     def _welford(self, value):
         """(mean, m2) of ``value`` over the row; shared by welford_mean and welford_m2.
