@@ -1,7 +1,7 @@
 """Indexing: indirect loads (index, gather, take, embedding, the unsafe and masked forms)
 and indirect writes (scatter, scatter_add, scatter_reduce, index_put, index_add,
-index_copy, index_fill and the unsafe and masked forms that aot_autograd's decompositions of embedding_dense_backward,
-nll_loss_backward and slice_scatter produce).
+index_copy, index_fill, and the unsafe and masked forms that aot_autograd's
+decompositions of embedding_dense_backward, nll_loss_backward and slice_scatter produce).
 
 An indirect write copies its input into a buffer made for it (a fill when the input is a
 constant such as zeros) and scatters into that buffer (``ir.Scatter``, ``ir.mutate``);
@@ -172,27 +172,30 @@ def _fresh_copy(x: TensorBox, dtype, layout_like=None):
     return StorageBox(Pointwise(x.get_device(), dtype, make_loader(x, dtype), size, origins=origins)).realize(layout)
 
 
-def _scatter_into(x, ranges, output_indexer, passes, origin):
+def _scatter_into(x, ranges, output_indexer, passes, origin, sources=()):
     """``x`` after, for each ``(value_fn, mode)`` of ``passes`` in turn, ``value_fn(i)`` (in
     x's dtype) is written to element ``output_indexer(i)`` for every ``i`` in ``ranges``, or
-    combined with it by ``mode`` (ops_table.SCATTER_MODES)."""
+    combined with it by ``mode`` (ops_table.SCATTER_MODES). ``sources``: the tensors the
+    values come from (their ops name the scatter's kernel)."""
     dtype, device = x.get_dtype(), x.get_device()
     _check_dtype(dtype)
-    origins = tuple(dict.fromkeys(origins_of([x]) + (origin,)))
     if sym.to_int(sym.product(ranges)) == 0:
-        return TensorBox.create(Pointwise(device, dtype, x.make_loader(), list(x.get_size()), origins=origins))
+        return TensorBox.create(Pointwise(device, dtype, x.make_loader(), list(x.get_size()),
+                                          origins=origins_of([x]) + (origin,)))
     if not all(_backend_combines(device, dtype, mode) for _, mode in passes):
         if dtype in (torch.float16, torch.bfloat16) \
                 and all(_backend_combines(device, torch.float32, mode) for _, mode in passes):
             # combine in a float32 copy, round once at the end
             wide = [(lambda i, fn=fn: ops.to_dtype(fn(i), torch.float32), mode) for fn, mode in passes]
-            return _cast(_scatter_into(_cast(x, torch.float32), ranges, output_indexer, wide, origin), dtype)
+            return _cast(_scatter_into(_cast(x, torch.float32), ranges, output_indexer, wide, origin, sources),
+                         dtype)
         modes = ", ".join(str(mode) for _, mode in passes if mode is not None)
         raise Unsupported(f"{modes} scatter into {dtype} tensors is not supported on {device.type}")
     if any(mode == "sum" for _, mode in passes) and dtype.is_floating_point \
             and torch.are_deterministic_algorithms_enabled() and not deterministic_scatter(device.type):
         raise Unsupported("deterministic algorithms are enabled and atomic float sums are not deterministic")
     result = TensorBox(StorageBox(_fresh_copy(x, dtype, _meta())))
+    origins = tuple(dict.fromkeys(origins_of([s for s in sources if isinstance(s, TensorBox)]) + (origin,)))
     for value_fn, mode in passes:
         scatter = Scatter(device, dtype, value_fn, list(ranges), origins=origins, output_indexer=output_indexer,
                           mode=mode)
@@ -266,7 +269,7 @@ def _scatter(x, dim, index, src, mode, include_self, origin):
     if not include_self:   # the elements written start from the reduction's identity
         identity = reduction_identity(mode, dtype)
         passes.insert(0, (lambda i: ops.constant(identity, dtype), None))
-    return _scatter_into(x, ranges, output_indexer, passes, origin)
+    return _scatter_into(x, ranges, output_indexer, passes, origin, [src])
 
 
 def _one_index_per_line(size, index_size, dim) -> bool:
@@ -304,7 +307,8 @@ def index_put(x, indices, values, accumulate=False):
         return _mask_put(x, indices, values, accumulate)
     out_size, source = _index_layout(list(x.get_size()), indices)
     value_loader = _value_loader(values, out_size, x.get_dtype())
-    return _scatter_into(x, out_size, source, [(value_loader, "sum" if accumulate else None)], "index_put")
+    return _scatter_into(x, out_size, source, [(value_loader, "sum" if accumulate else None)], "index_put",
+                         [values])
 
 
 @register_lowering(aten._unsafe_masked_index_put_accumulate)
@@ -319,7 +323,7 @@ def unsafe_masked_index_put_accumulate(x, mask, indices, values):
 
     def value_fn(i):
         return ops.where(mask_loader(i), value_loader(i), ops.constant(0, dtype))
-    return _scatter_into(x, out_size, source, [(value_fn, "sum")], "index_put")
+    return _scatter_into(x, out_size, source, [(value_fn, "sum")], "index_put", [values])
 
 
 def _mask_put(x, indices, values, accumulate):
@@ -355,13 +359,13 @@ def index_add(x, dim, index, source, alpha=1):
     def value_fn(i):
         value = source_loader(i)
         return value if alpha == 1 else ops.mul(value, ops.constant(alpha, dtype))
-    return _along_dim(x, dim, index, list(source.get_size()), value_fn, "sum", "index_add")
+    return _along_dim(x, dim, index, list(source.get_size()), value_fn, "sum", "index_add", [source])
 
 
 @register_lowering(aten.index_copy)
 def index_copy(x, dim, index, source):
     return _along_dim(x, dim, index, list(source.get_size()), make_loader(source, x.get_dtype()), None,
-                      "index_copy")
+                      "index_copy", [source])
 
 
 @register_lowering(aten.index_fill)
@@ -375,7 +379,7 @@ def index_fill(x, dim, index, value):
     return _along_dim(x, dim, index, ranges, lambda i: value_loader([]), None, "index_fill")
 
 
-def _along_dim(x, dim, index, ranges, value_fn, mode, origin):
+def _along_dim(x, dim, index, ranges, value_fn, mode, origin, sources=()):
     """index_add/copy/fill: for every ``i`` of ``ranges`` (x's shape with ``dim`` as long as
     the 1-d ``index``), element ``i`` with ``i[dim] = index[i[dim]]`` of x takes ``value_fn(i)``."""
     size = list(x.get_size())
@@ -391,4 +395,4 @@ def _along_dim(x, dim, index, ranges, value_fn, mode, origin):
         target = list(i)
         target[dim] = _indirect(index_loader, [i[dim]][:index_ndim], size[dim])
         return target
-    return _scatter_into(x, ranges, output_indexer, [(value_fn, mode)], origin)
+    return _scatter_into(x, ranges, output_indexer, [(value_fn, mode)], origin, sources)
