@@ -38,12 +38,15 @@ def _indirect(index_loader, position, dim_size):
 
 
 def _clamped(index_loader, dtype, dim_size):
-    """Index values clamped to [-dim_size, dim_size - 1] (valid, negatives wrapping)."""
-    size = sym.to_int(dim_size)
+    """Index values clamped to [-dim_size, dim_size - 1] (valid, negatives wrapping); the
+    size may be symbolic."""
+    def bound(value):
+        value = sympy.expand(value)
+        return ops.constant(int(value), dtype) if value.is_Integer else ops.index_expr(value, dtype)
 
     def load(position):
-        value = ops.maximum(index_loader(position), ops.constant(-size, dtype))
-        return ops.minimum(value, ops.constant(size - 1, dtype))
+        value = ops.maximum(index_loader(position), bound(-dim_size))
+        return ops.minimum(value, bound(dim_size - 1))
     return load
 
 
@@ -164,10 +167,10 @@ def _fresh_copy(x: TensorBox, dtype, layout_like=None):
     from ..graph import _is_dense
     size = list(x.get_size())
     layout = None
-    if layout_like is not None and dtype == layout_like.dtype and _is_dense(list(layout_like.shape),
-                                                                            list(layout_like.stride())):
-        layout = Layout(x.get_device(), dtype, [sympy.Integer(s) for s in layout_like.shape],
-                        [sympy.Integer(s) for s in layout_like.stride()])
+    if layout_like is not None and dtype == layout_like.dtype:
+        shape, stride = sym.sizes_of(layout_like.shape), sym.sizes_of(layout_like.stride())
+        if _is_dense(shape, stride):
+            layout = Layout(x.get_device(), dtype, shape, stride)
     origins = origins_of([x]) or ("copy",)
     return StorageBox(Pointwise(x.get_device(), dtype, make_loader(x, dtype), size, origins=origins)).realize(layout)
 
@@ -179,7 +182,7 @@ def _scatter_into(x, ranges, output_indexer, passes, origin, sources=()):
     values come from (their ops name the scatter's kernel)."""
     dtype, device = x.get_dtype(), x.get_device()
     _check_dtype(dtype)
-    if sym.to_int(sym.product(ranges)) == 0:
+    if sym.product(ranges) == 0:   # (a symbolic size is never 0: Dynamo specializes 0 and 1)
         return TensorBox.create(Pointwise(device, dtype, x.make_loader(), list(x.get_size()),
                                           origins=origins_of([x]) + (origin,)))
     if not all(_backend_combines(device, dtype, mode) for _, mode in passes):
@@ -273,8 +276,8 @@ def _scatter(x, dim, index, src, mode, include_self, origin):
 
 
 def _one_index_per_line(size, index_size, dim) -> bool:
-    return sym.to_int(index_size[dim]) == 1 and all(
-        sym.to_int(a) == sym.to_int(b) for d, (a, b) in enumerate(zip(size, index_size)) if d != dim)
+    return index_size[dim] == 1 and all(sym.same_size(a, b) for d, (a, b) in enumerate(zip(size, index_size))
+                                        if d != dim)
 
 
 _COMBINE_OPS = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}   # SCATTER_MODES -> ops
@@ -332,11 +335,11 @@ def _mask_put(x, indices, values, accumulate):
     if len([t for t in indices if t is not None]) != 1 or indices[0] is None:
         raise Unsupported("index_put with a boolean mask among other indices")
     mask = indices[0]
-    mask_size = [sym.to_int(s) for s in mask.get_size()]
+    mask_size = list(mask.get_size())
     size = list(x.get_size())
-    if mask_size != [sym.to_int(s) for s in size[:len(mask_size)]]:
+    if not sym.same_sizes(mask_size, size[:len(mask_size)]):
         raise Unsupported("index_put with a boolean mask of another shape")
-    if sym.to_int(values.numel()) != 1:
+    if values.numel() != 1:   # (static 1; a symbolic count is never 1)
         raise Unsupported("index_put of several values through a boolean mask (data-dependent count)")
     dtype = x.get_dtype()
     x_loader, mask_loader, value_loader = x.make_loader(), mask.make_loader(), make_loader(values, dtype)

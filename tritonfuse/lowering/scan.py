@@ -7,7 +7,6 @@ computed in float32 for float16/bfloat16, rounded per element on store.
 """
 import torch
 
-from .. import sym
 from ..ir import Pointwise, Scan, StorageBox, TensorBox, origins_of
 from ..virtualized import ops
 from .registry import Unsupported, aten, make_loader, register_lowering
@@ -57,7 +56,9 @@ def _scan(x, dim, scan_type, origin, dtype, value_dtype=None):
     size = list(x.get_size())
     loader = make_loader(x, value_dtype or dtype)
     origins = tuple(dict.fromkeys(origins_of([x]) + (origin,)))
-    if not size or sym.to_int(size[dim]) <= 1 or sym.to_int(x.numel()) == 0:   # nothing to combine: a copy
+    # nothing to combine: a copy (a symbolic length is at least 2, Dynamo specializes 0
+    # and 1; the scan kernels are right for any length anyway)
+    if not size or size[dim] == 1 or x.numel() == 0:
         if value_dtype is not None:   # positions of a single element: 0
             loader = lambda index: ops.constant(0, dtype)   # noqa: E731
         return TensorBox.create(Pointwise(x.get_device(), dtype, loader, size, origins=origins))
