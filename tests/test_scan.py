@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import tritonfuse
-from common import check, kernel_count, rand
+from common import assert_same, check, kernel_count, rand
 from tritonfuse.runtime import heuristics
 
 
@@ -121,4 +121,35 @@ def test_cummax_nan_takes_over(device):
     nan = float("nan")
     x = torch.tensor([[1.0, nan, 3.0, nan, 0.5], [2.0, 2.0, -1.0, 5.0, 5.0]], device=device)
     check(lambda a: (torch.cummax(a, 1), torch.cummin(a, 1)), x)
+    _no_fallbacks()
+
+
+def test_cummax_nan_and_ties_across_the_blocks_of_a_looped_kernel(device, monkeypatch):
+    """The carried (value, position) of earlier blocks meets NaNs and equal values of later
+    ones: the last NaN's position, else the last position of the extremum, as eager."""
+    monkeypatch.setattr(heuristics, "PERSISTENT_REDUCTION_MAX_RBLOCK", 16)
+    x = torch.tensor([1.0, 3.0, 3.0, 0.0] * 10, device=device).repeat(3, 1)
+    x[1, 5] = x[1, 21] = x[1, 22] = float("nan")
+    x[2, 30] = 3.0
+    x[2, 17] = -x[1, 5]   # a NaN with the sign bit set
+    check(lambda a: (torch.cummax(a, 1), torch.cummin(a, 1)), x)
+    _no_fallbacks()
+
+
+LENGTHS = (7, 33, 13, 200)
+
+
+def test_scans_over_a_symbolic_length(device, monkeypatch):
+    """One symbolic compile serves every length of the scanned dim (and of the rows), the
+    long ones in a looped kernel that carries the prefix from block to block."""
+    monkeypatch.setattr(heuristics, "PERSISTENT_REDUCTION_MAX_RBLOCK", 16)
+    def fn(a):
+        return a.cumsum(-1) * 2, torch.logcumsumexp(a, 0), torch.cummax(a, -1).indices, a.cumprod(0)
+    compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
+    torch.manual_seed(0)
+    for n in LENGTHS:
+        x = rand(3, n, device=device, low=-1, high=1).round(decimals=1)   # ties for cummax
+        assert_same(compiled(x), fn(x), atol=1e-4, rtol=1e-4)
+    assert tritonfuse.metrics.eager_graphs == 0 and tritonfuse.metrics.static_specializations == 0
+    assert tritonfuse.metrics.symbolic_graphs == 1
     _no_fallbacks()

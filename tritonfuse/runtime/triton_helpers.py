@@ -320,16 +320,25 @@ def min_scan(values, axis: tl.constexpr):
     return tl.associative_scan(values, axis, _min_combine)
 
 
+# cummax's (value, position) step, in the order a sequential scan takes values (a NaN
+# always takes over, a later equal value wins): of two NaNs or two equal values the later
+# position, else a NaN, else the larger. Comparing positions rather than relying on which
+# operand comes first gives the same pair whatever order tl.reduce combines in.
 @triton.jit
 def scan_argmax(value_a, index_a, value_b, index_b):
-    """cummax's (value, position) step: a NaN always takes over, a later equal value wins."""
-    take = is_nan(value_b) | (~is_nan(value_a) & (value_b >= value_a))
+    a_nan = is_nan(value_a)
+    b_nan = is_nan(value_b)
+    later = index_b > index_a
+    take = (b_nan & (~a_nan | later)) | (~a_nan & ~b_nan & ((value_b > value_a) | ((value_b == value_a) & later)))
     return tl.where(take, value_b, value_a), tl.where(take, index_b, index_a)
 
 
 @triton.jit
 def scan_argmin(value_a, index_a, value_b, index_b):
-    take = is_nan(value_b) | (~is_nan(value_a) & (value_b <= value_a))
+    a_nan = is_nan(value_a)
+    b_nan = is_nan(value_b)
+    later = index_b > index_a
+    take = (b_nan & (~a_nan | later)) | (~a_nan & ~b_nan & ((value_b < value_a) | ((value_b == value_a) & later)))
     return tl.where(take, value_b, value_a), tl.where(take, index_b, index_a)
 
 
