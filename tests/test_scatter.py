@@ -5,7 +5,9 @@ import pytest
 import torch
 
 import tritonfuse
-from common import check, kernel_count, rand
+from common import assert_same, check, kernel_count, rand
+from tritonfuse.codegen.registry import deterministic_scatter, get_scheduling_class
+from tritonfuse.lowering.indexing import EAGER_UNORDERED_WRITES
 
 aten = torch.ops.aten
 
@@ -13,6 +15,12 @@ aten = torch.ops.aten
 def _triton(device) -> bool:
     """Whether the column generates Triton kernels (atomics) rather than C++ loops."""
     return device == "cuda" or tritonfuse.config.cpu_backend == "triton"
+
+
+def _ordered(device) -> bool:
+    """Whether the column's backend lands colliding writes in a fixed order (C++ loops, the
+    Triton interpreter) rather than in the order atomics happen to run (GPUs)."""
+    return deterministic_scatter(device)
 
 
 def _no_fallbacks():
@@ -68,11 +76,24 @@ def test_scatter_reduce(device, reduce, include_self):
     index = torch.randint(0, 6, (9, 4), device=device)
     src = rand(9, 4, device=device, low=0.5, high=1.5)
     check(lambda a, i, s: torch.scatter_reduce(a, 0, i, s, reduce, include_self=include_self), x, index, src)
-    if reduce == "prod" and _triton(device):   # no atomic multiply in Triton
+    if reduce != "sum" and _triton(device):   # no atomic multiply, no NaN-safe float atomic max/min
         assert "aten.scatter_reduce.two" in tritonfuse.metrics.fallbacks
-        assert "prod" in tritonfuse.metrics.fallbacks["aten.scatter_reduce.two"]
+        assert reduce[-3:] in tritonfuse.metrics.fallbacks["aten.scatter_reduce.two"]
     else:
         _no_fallbacks()
+
+
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+def test_scatter_reduce_max_min_propagate_nan_of_either_sign(device, reduce):
+    """A NaN in the source or in the element written wins, whatever its sign bit (x86 makes
+    0/0 a negative NaN; an atomic max/min comparing bits as integers would drop it)."""
+    nan, negative_nan = float("nan"), -torch.tensor(float("nan"))
+    x = torch.tensor([[1.0, -2.0], [3.0, nan], [0.0, 0.0]], device=device)
+    x[2, 1] = negative_nan
+    src = torch.tensor([[nan, 5.0], [0.0, 1.0], [2.0, -7.0], [-1.0, 2.0]], device=device)
+    src[1, 0] = negative_nan
+    index = torch.tensor([[0, 1], [2, 1], [0, 0], [2, 2]], device=device)
+    check(lambda a, i, s: torch.scatter_reduce(a, 0, i, s, reduce), x, index, src)
 
 
 def test_scatter_reduce_int64(device):
@@ -274,14 +295,94 @@ def test_deterministic_mode_falls_back_for_atomic_float_sums(device):
     x = rand(6, 4, device=device)
     index = torch.tensor([1, 1, 3], device=device)
     values = rand(3, 4, device=device)
-    check(lambda a, i, v: torch.index_put(a, [i], v, accumulate=True), x, index, values)
-    _no_fallbacks()
+    add = lambda a, i, v: torch.scatter_add(a, 0, i[:, None].expand_as(v), v)   # noqa: E731
+    check(add, x, index, values)
+    _no_fallbacks()   # eager's scatter_add is unordered on CUDA too
     torch.use_deterministic_algorithms(True)
     try:
-        check(lambda a, i, v: torch.index_put(a, [i], v, accumulate=True), x, index, values)
+        check(add, x, index, values)
     finally:
         torch.use_deterministic_algorithms(False)
-    if _triton(device):
-        assert "deterministic" in tritonfuse.metrics.fallbacks["aten.index_put.default"]
-    else:   # the C++ loops give every element its writes in order
+    if _ordered(device):   # C++ loops and the interpreter give every element its writes in order
         _no_fallbacks()
+    else:
+        assert "deterministic" in tritonfuse.metrics.fallbacks["aten.scatter_add.default"]
+
+
+def test_unordered_writes_are_lowered_only_where_eager_is_unordered(device, monkeypatch):
+    """A backend whose colliding writes land in no fixed order (float atomics on a GPU)
+    lowers an op only on devices where eager's kernel is as unordered (scatter_add on CUDA,
+    index_put(accumulate=True) on the CPU; EAGER_UNORDERED_WRITES); elsewhere eager's
+    deterministic kernel runs. Writes whose order cannot matter are always lowered.
+    The column's backend is made unordered here, so CI checks the GPU's rule."""
+    monkeypatch.setattr(get_scheduling_class(device), "deterministic_scatter", False)
+    x, values = rand(7, 3, device=device), rand(5, 3, device=device)
+    index = torch.tensor([6, 0, 6, -1, 2], device=device)
+
+    def fn(a, i, v):   # (ops unlike the other tests': a graph of its own in the graph cache)
+        rows = i % 7
+        return (torch.index_put(a * 3, [i], v, accumulate=True),
+                torch.scatter_add(a - 1, 0, rows[:, None].expand_as(v), v),
+                torch.index_put(a.int(), [i], v.int(), accumulate=True), a.index_fill(0, i, 0.25))
+    check(fn, x, index, values)
+    fallbacks = tritonfuse.metrics.fallbacks
+    assert ("aten.index_put.default" in fallbacks) == (device not in EAGER_UNORDERED_WRITES["index_put_accumulate"])
+    assert ("aten.scatter_add.default" in fallbacks) == (device not in EAGER_UNORDERED_WRITES["scatter_add"])
+    assert "aten.index_fill.int_Scalar" not in fallbacks, fallbacks
+    assert all("deterministic" in reason for reason in fallbacks.values()), fallbacks
+    tritonfuse.metrics.reset()
+    torch.use_deterministic_algorithms(True)
+    try:
+        check(lambda a, i, v: torch.index_put(a * 3, [i], v, accumulate=True), x, index, values)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert "deterministic algorithms" in tritonfuse.metrics.fallbacks["aten.index_put.default"]
+
+
+def test_scatter_writes_are_guarded_by_the_index_bounds(device):
+    """An index out of range writes nothing (eager raises; a GPU compiles device_assert out,
+    and a write outside the tensor would corrupt memory): the store's mask, or the C++
+    guard, holds the bounds check of every indirect index it writes through."""
+    x, values = rand(9, 4, device=device), rand(3, 4, device=device)
+    index = torch.tensor([8, 0, -9], device=device)
+    sources = check(lambda a, i, v: torch.index_put(a, [i + 0], v * 2, accumulate=True), x, index, values)
+    kernels = [s for s in sources[1:] if "atomic" in s or "if (0 <=" in s]
+    assert kernels, sources
+    if _triton(device):
+        line = next(line for line in kernels[0].splitlines() if "tl.atomic_add(" in line)
+        assert "(0 <= tmp" in line and " < 9)" in line, line
+
+
+# ---- symbolic sizes -----------------------------------------------------------------------
+
+LENGTHS = (7, 33, 13, 64)
+
+
+def _symbolic_scatters(a, i, v, rows, targets):
+    m = (rows >= 0) & (rows < a.shape[0])
+    return (torch.scatter_add(a, 0, targets[:, None].expand_as(v), v),
+            torch.index_put(a, [i], v, accumulate=True),                  # negative indices wrap
+            aten._unsafe_masked_index_put_accumulate(torch.zeros_like(a), m[:, None], [rows], v),
+            torch.scatter(torch.zeros_like(a), 1, targets[: a.shape[0], None] % 3, -1.0),   # one-hot
+            torch.index_put(a, [a > 0], torch.tensor(0.5, device=a.device)),
+            a.index_fill(1, targets[:2] % 3, 2.0), torch.take(a, i))
+
+
+def test_scatters_over_symbolic_sizes(device):
+    """One symbolic compile serves every length: index bounds, clamps, the one-hot and
+    boolean-mask forms and the C++ loop bounds all follow the sizes at run time."""
+    compiled = torch.compile(_symbolic_scatters, backend="tritonfuse", dynamic=True)
+    torch.manual_seed(0)
+    for n in LENGTHS:
+        x, values = rand(n, 3, device=device), rand(n + 2, 3, device=device)
+        index = torch.randint(-n, n, (n + 2,), device=device)
+        rows = torch.randint(-n, 2 * n, (n + 2,), device=device)      # out of range where masked off
+        targets = torch.randint(0, n, (n + 2,), device=device)
+        inputs = (x, index, values, rows, targets)
+        assert_same(compiled(*inputs), _symbolic_scatters(*inputs))
+    metrics = tritonfuse.metrics
+    assert metrics.eager_graphs == 0 and metrics.static_specializations == 0 and metrics.symbolic_graphs == 1
+    if _ordered(device):
+        _no_fallbacks()
+    else:   # float sums that eager's CUDA index_put adds in a fixed order
+        assert set(metrics.fallbacks) == {"aten.index_put.default", "aten._unsafe_masked_index_put_accumulate.default"}

@@ -13,6 +13,8 @@ cases need no write at all and become pointwise, fusing both ways:
   * index_put with a boolean mask covering leading dims and one value:
     ``out = where(mask, value, self)`` (or ``self + where(mask, value, 0)`` accumulating).
 """
+from typing import Callable, NamedTuple, Optional
+
 import sympy
 import torch
 
@@ -27,6 +29,27 @@ from .tensor_ops import _check_dtype, _meta
 _INDEX_DTYPES = (torch.int64, torch.int32)
 # scatter_reduce / scatter(reduce=) names -> ops_table.SCATTER_MODES
 _REDUCE_MODES = {"sum": "sum", "add": "sum", "prod": "prod", "multiply": "prod", "amax": "max", "amin": "min"}
+
+# The device types on which eager's own kernel lands colliding writes in no fixed order
+# (the ops torch.use_deterministic_algorithms makes deterministic or refuses). Elsewhere
+# eager is deterministic and so must the lowering be: a backend whose colliding writes
+# land in no fixed order (codegen.registry.deterministic_scatter) leaves the op to eager.
+EAGER_UNORDERED_WRITES = {
+    "scatter": ("cuda",), "scatter_add": ("cuda",), "scatter_reduce": ("cuda",), "index_add": ("cuda",),
+    "index_copy": ("cpu", "cuda"),
+    "index_put": ("cpu", "cuda"),          # accumulate=False
+    "index_put_accumulate": ("cpu",),      # CUDA sorts the indices
+    "embedding_dense_backward": (),        # CUDA sorts; CPU threads own table rows
+}
+
+
+class _Pass(NamedTuple):
+    """One round of indirect writes: ``value_fn(i)`` is stored at its element, or combined
+    with it by ``mode`` (ops_table.SCATTER_MODES). ``uniform``: every write carries the same
+    value, so the order of colliding writes cannot change the result."""
+    value_fn: Callable
+    mode: Optional[str] = None
+    uniform: bool = False
 
 
 def _normalize_dim(dim, ndim):
@@ -175,39 +198,63 @@ def _fresh_copy(x: TensorBox, dtype, layout_like=None):
     return StorageBox(Pointwise(x.get_device(), dtype, make_loader(x, dtype), size, origins=origins)).realize(layout)
 
 
-def _scatter_into(x, ranges, output_indexer, passes, origin, sources=()):
-    """``x`` after, for each ``(value_fn, mode)`` of ``passes`` in turn, ``value_fn(i)`` (in
-    x's dtype) is written to element ``output_indexer(i)`` for every ``i`` in ``ranges``, or
-    combined with it by ``mode`` (ops_table.SCATTER_MODES). ``sources``: the tensors the
-    values come from (their ops name the scatter's kernel)."""
+def _scatter_into(x, ranges, output_indexer, passes, origin, sources=(), eager_op=None):
+    """``x`` after, for each ``_Pass`` of ``passes`` in turn, ``value_fn(i)`` (in x's dtype) is
+    written to element ``output_indexer(i)`` for every ``i`` in ``ranges``, or combined with
+    it by ``mode``. ``sources``: the tensors the values come from (their ops name the
+    scatter's kernel). ``eager_op``: the EAGER_UNORDERED_WRITES entry (default ``origin``)."""
     dtype, device = x.get_dtype(), x.get_device()
     _check_dtype(dtype)
     if sym.product(ranges) == 0:   # (a symbolic size is never 0: Dynamo specializes 0 and 1)
         return TensorBox.create(Pointwise(device, dtype, x.make_loader(), list(x.get_size()),
                                           origins=origins_of([x]) + (origin,)))
-    if not all(_backend_combines(device, dtype, mode) for _, mode in passes):
+    eager_op = eager_op or origin
+    if not all(_backend_combines(device, dtype, p.mode) for p in passes):
         if dtype in (torch.float16, torch.bfloat16) \
-                and all(_backend_combines(device, torch.float32, mode) for _, mode in passes):
+                and all(_backend_combines(device, torch.float32, p.mode) for p in passes):
             # combine in a float32 copy, round once at the end
-            wide = [(lambda i, fn=fn: ops.to_dtype(fn(i), torch.float32), mode) for fn, mode in passes]
-            return _cast(_scatter_into(_cast(x, torch.float32), ranges, output_indexer, wide, origin, sources),
-                         dtype)
-        modes = ", ".join(str(mode) for _, mode in passes if mode is not None)
+            wide = [p._replace(value_fn=lambda i, fn=p.value_fn: ops.to_dtype(fn(i), torch.float32)) for p in passes]
+            return _cast(_scatter_into(_cast(x, torch.float32), ranges, output_indexer, wide, origin, sources,
+                                       eager_op), dtype)
+        modes = ", ".join(str(p.mode) for p in passes if p.mode is not None)
         raise Unsupported(f"{modes} scatter into {dtype} tensors is not supported on {device.type}")
-    if any(mode == "sum" for _, mode in passes) and dtype.is_floating_point \
-            and torch.are_deterministic_algorithms_enabled() and not deterministic_scatter(device.type):
-        raise Unsupported("deterministic algorithms are enabled and atomic float sums are not deterministic")
+    _check_write_order(device, dtype, passes, eager_op)
     result = TensorBox(StorageBox(_fresh_copy(x, dtype, _meta())))
     origins = tuple(dict.fromkeys(origins_of([s for s in sources if isinstance(s, TensorBox)]) + (origin,)))
-    for value_fn, mode in passes:
-        scatter = Scatter(device, dtype, value_fn, list(ranges), origins=origins, output_indexer=output_indexer,
-                          mode=mode)
+    for p in passes:
+        scatter = Scatter(device, dtype, p.value_fn, list(ranges), origins=origins, output_indexer=output_indexer,
+                          mode=p.mode)
         result = mutate(buffer_of(result), scatter)
     return result
 
 
 def _backend_combines(device, dtype, mode) -> bool:
     return mode is None or dtype in scatter_dtypes(device.type, mode)
+
+
+def _check_write_order(device, dtype, passes, eager_op):
+    """Raise Unsupported where colliding writes whose order changes the result (stores of
+    different values, float sums and products) would land in no fixed order while eager's
+    land in one: on devices where eager's ``eager_op`` is deterministic, and everywhere
+    under torch.use_deterministic_algorithms."""
+    if deterministic_scatter(device.type):
+        return
+    if not any(not p.uniform and (p.mode is None or (p.mode in ("sum", "prod") and dtype.is_floating_point))
+               for p in passes):
+        return
+    if torch.are_deterministic_algorithms_enabled():
+        raise Unsupported("deterministic algorithms are enabled and colliding writes (atomics, racing stores) "
+                          f"land in no fixed order on {device.type}")
+    if device.type not in EAGER_UNORDERED_WRITES.get(eager_op, ()):
+        raise Unsupported(f"eager's {eager_op} is deterministic on {device.type}, and colliding writes (atomics, "
+                          "racing stores) would land in no fixed order")
+
+
+def sums_in_eagers_order(device, eager_op) -> bool:
+    """Whether a float scatter-sum lowered for ``device`` is as deterministic as eager's
+    ``eager_op`` there (decompositions.py asks before decomposing into one)."""
+    return deterministic_scatter(device.type) or (not torch.are_deterministic_algorithms_enabled()
+                                                  and device.type in EAGER_UNORDERED_WRITES[eager_op])
 
 
 def _cast(x, dtype):
@@ -268,10 +315,10 @@ def _scatter(x, dim, index, src, mode, include_self, origin):
         target = list(i)
         target[dim] = _indirect(index_loader, i, size[dim])
         return target
-    passes = [(src_loader, mode)]
+    passes = [_Pass(src_loader, mode, uniform=not isinstance(src, TensorBox))]
     if not include_self:   # the elements written start from the reduction's identity
         identity = reduction_identity(mode, dtype)
-        passes.insert(0, (lambda i: ops.constant(identity, dtype), None))
+        passes.insert(0, _Pass(lambda i: ops.constant(identity, dtype), uniform=True))
     return _scatter_into(x, ranges, output_indexer, passes, origin, [src])
 
 
@@ -310,8 +357,8 @@ def index_put(x, indices, values, accumulate=False):
         return _mask_put(x, indices, values, accumulate)
     out_size, source = _index_layout(list(x.get_size()), indices)
     value_loader = _value_loader(values, out_size, x.get_dtype())
-    return _scatter_into(x, out_size, source, [(value_loader, "sum" if accumulate else None)], "index_put",
-                         [values])
+    return _scatter_into(x, out_size, source, [_Pass(value_loader, "sum" if accumulate else None)], "index_put",
+                         [values], "index_put_accumulate" if accumulate else "index_put")
 
 
 @register_lowering(aten._unsafe_masked_index_put_accumulate)
@@ -326,7 +373,7 @@ def unsafe_masked_index_put_accumulate(x, mask, indices, values):
 
     def value_fn(i):
         return ops.where(mask_loader(i), value_loader(i), ops.constant(0, dtype))
-    return _scatter_into(x, out_size, source, [(value_fn, "sum")], "index_put", [values])
+    return _scatter_into(x, out_size, source, [_Pass(value_fn, "sum")], "index_put", [values], "index_put_accumulate")
 
 
 def _mask_put(x, indices, values, accumulate):
@@ -362,12 +409,12 @@ def index_add(x, dim, index, source, alpha=1):
     def value_fn(i):
         value = source_loader(i)
         return value if alpha == 1 else ops.mul(value, ops.constant(alpha, dtype))
-    return _along_dim(x, dim, index, list(source.get_size()), value_fn, "sum", "index_add", [source])
+    return _along_dim(x, dim, index, list(source.get_size()), _Pass(value_fn, "sum"), "index_add", [source])
 
 
 @register_lowering(aten.index_copy)
 def index_copy(x, dim, index, source):
-    return _along_dim(x, dim, index, list(source.get_size()), make_loader(source, x.get_dtype()), None,
+    return _along_dim(x, dim, index, list(source.get_size()), _Pass(make_loader(source, x.get_dtype())),
                       "index_copy", [source])
 
 
@@ -379,12 +426,13 @@ def index_fill(x, dim, index, value):
     dim_ = _normalize_dim(dim, len(size)) if size else 0
     ranges = size[:dim_] + (list(index.get_size()) or [sympy.Integer(1)]) + size[dim_ + 1:]
     value_loader = make_loader(value, x.get_dtype())
-    return _along_dim(x, dim, index, ranges, lambda i: value_loader([]), None, "index_fill")
+    return _along_dim(x, dim, index, ranges, _Pass(lambda i: value_loader([]), uniform=True), "index_fill")
 
 
-def _along_dim(x, dim, index, ranges, value_fn, mode, origin, sources=()):
+def _along_dim(x, dim, index, ranges, write, origin, sources=()):
     """index_add/copy/fill: for every ``i`` of ``ranges`` (x's shape with ``dim`` as long as
-    the 1-d ``index``), element ``i`` with ``i[dim] = index[i[dim]]`` of x takes ``value_fn(i)``."""
+    the 1-d ``index``), element ``i`` with ``i[dim] = index[i[dim]]`` of x takes the ``_Pass``
+    ``write``'s value."""
     size = list(x.get_size())
     if not size or len(ranges) != len(size) or len(index.get_size()) > 1:
         raise Unsupported(f"{origin} of tensors of other ranks")
@@ -398,4 +446,4 @@ def _along_dim(x, dim, index, ranges, value_fn, mode, origin, sources=()):
         target = list(i)
         target[dim] = _indirect(index_loader, [i[dim]][:index_ndim], size[dim])
         return target
-    return _scatter_into(x, ranges, output_indexer, [(value_fn, mode)], origin, sources)
+    return _scatter_into(x, ranges, output_indexer, [write], origin, sources)

@@ -90,6 +90,7 @@ class TritonKernel:
         self.segments: List[_Segment] = [_Segment(loop=False)]
         self.index_defs: Dict[str, str] = {}  # printed definition -> variable name
         self.mask_stack: List[str] = []
+        self.indirect_bounds: Dict[str, str] = {}   # indirect index variable -> "it is in bounds"
         self.acc_counter = 0
         self.dim_counter = {"x": 0, "r": 0, "y": 0}
         self.size_symbols = set()   # size symbols the kernel reads: parameters of its own
@@ -290,7 +291,9 @@ class TritonKernel:
     def store_scatter(self, name, index, value, mode):
         """An indirect write: a plain store, or an atomic read-modify-write (another program
         may write the same element). Every lane outside the loop nest is masked off, also
-        when the index does not name the dims it varies along."""
+        when the index does not name the dims it varies along, and so is every lane whose
+        index is out of bounds (eager raises there; device_assert is compiled out on GPUs,
+        and a write must never land outside the tensor)."""
         if name in self.internal:
             return
         pointer = self.args.output(name)
@@ -298,6 +301,8 @@ class TritonKernel:
         parts = ["ymask"] * self.needs_ymask + ["xmask"] * self.needs_xmask
         if self.needs_rmask and self.node_kind in ("xr", "scan"):
             parts.append("rmask")
+        parts += [self.indirect_bounds[s.name] for s in sorted(index.free_symbols, key=str)
+                  if s.name in self.indirect_bounds]
         mask = " & ".join(parts + self.mask_stack) or None
         # the whole block: the index may vary along fewer dims than the value (lanes that
         # write one element, all of them adding)
@@ -325,6 +330,7 @@ class TritonKernel:
                                     over_r=value.over_r if isinstance(value, CSEVariable) else False)
         mask = " & ".join(["ymask"] * self.needs_ymask + ["xmask"] * self.needs_xmask + self.mask_stack)
         in_bounds = f"(0 <= {wrapped}) & ({wrapped} < {size})"
+        self.indirect_bounds[wrapped.name] = f"({in_bounds})"
         condition = f"{in_bounds} | ~({mask})" if mask else in_bounds
         self.out.writeline(f'tl.device_assert({condition}, "index out of bounds: 0 <= {wrapped} < {size}")')
         return sympy.Symbol(wrapped.name, integer=True)

@@ -33,11 +33,13 @@ class TritonScheduling(BackendScheduling):
     imports_zero_division = False   # the wrapper imports raise_integer_division_by_zero
     # indirect writes that combine with the element are atomics (kernel.py, _ATOMIC_OPS):
     # tl.atomic_add/max/min on these dtypes in triton 3.6 and 3.9 (half floats go
-    # through a float32 copy in lowering; tl has no atomic multiply)
+    # through a float32 copy in lowering; tl has no atomic multiply). Float max/min are
+    # left out: tl.atomic_max/min compare floats as integers, by sign, so a NaN of one
+    # sign loses to every number (eager's scatter_reduce amax/amin propagate NaN).
     scatter_dtypes = {
         "sum": {torch.float32, torch.float64, torch.int32, torch.int64},
-        "max": {torch.float32, torch.float64, torch.int32, torch.int64},
-        "min": {torch.float32, torch.float64, torch.int32, torch.int64},
+        "max": {torch.int32, torch.int64},
+        "min": {torch.int32, torch.int64},
     }
     deterministic_scatter = False   # atomic float sums land in any order
 
@@ -156,6 +158,7 @@ class InterpretedTritonScheduling(TritonScheduling):
     use_libdevice = False
     launcher_device = "cpu"
     reports_zero_division = True    # CPU tensors: eager raises for an integer division by zero
+    deterministic_scatter = True    # the interpreter runs programs, and their atomics, one after another
 
     @staticmethod
     def split_reduction_target(device) -> int:
