@@ -4,7 +4,7 @@ All kernels of one compiled graph go into one translation unit, built once (cach
 disk by source + flags) when the generated module loads; each kernel is called through
 ctypes with its tensors' data pointers.
 """
-
+import torch
 
 from tritonfuse import metrics
 from tritonfuse.codegen.backend_interface import BackendScheduling
@@ -13,6 +13,8 @@ from tritonfuse.dependencies import coarsening_groups, plan_and_deps
 
 from .build import default_num_threads
 from .kernel import CppKernel
+
+SCAN_KERNEL_REDUCTIONS = ("sum", "prod", "max", "min", "any", "all")   # one accumulator each, scalar or lanes
 
 HEADER = """// tritonfuse generated C++ kernels
 #include "tf_kernel.h"
@@ -32,12 +34,32 @@ class CppScheduling(BackendScheduling):
         self.kernels = []   # (name, source, pointer args, size arg types, returns zero_division)
         self.library = None
 
+    # indirect writes run in loops that give each element its writes in order (scatter.py)
+    scatter_dtypes = {mode: {torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16,
+                             torch.int32, torch.int64, torch.uint8}
+                      for mode in ("sum", "prod", "max", "min")}
+    deterministic_scatter = True
+
     # ---- fusion rules -----------------------------------------------------------------
     def can_fuse_vertical(self, first, second, merged) -> bool:
-        return self._same_loop_nest(merged)
+        return self._same_loop_nest(merged) and self._scan_and_scatter_kernels(merged)
 
     def can_fuse_horizontal(self, first, second, merged) -> bool:
-        return self._same_loop_nest(merged)
+        return self._same_loop_nest(merged) and self._scan_and_scatter_kernels(merged)
+
+    @staticmethod
+    def _scan_and_scatter_kernels(merged) -> bool:
+        """A scatter kernel holds the scatter alone (scatter.py); a scan kernel is one loop
+        along the scanned dim holding scans, pointwise nodes over the same elements and
+        plain reductions of the rows (scan.py)."""
+        layouts = merged.node_layouts()
+        if any(node.mutated_name is not None for node, _, _, _ in layouts):
+            return False
+        if not any(kind == "scan" for _, _, _, kind in layouts):
+            return True
+        plain = all(kind in ("scan", "xr") or (kind == "reduction" and node.buffer.data.reduction_type in
+                                                 SCAN_KERNEL_REDUCTIONS) for node, _, _, kind in layouts)
+        return plain and len(plan_segments(layouts)) == 1
 
     @staticmethod
     def _same_loop_nest(merged) -> bool:

@@ -1,4 +1,4 @@
-"""Pooling and resampling (lowering/pooling.py, lowering/resampling.py): max/avg/adaptive
+"""Pooling and resampling (lowering/pooling.py; upsampling through lowering/indexing.py): max/avg/adaptive
 pooling and nearest/bilinear upsampling, forward and backward, against eager on every
 column of the device matrix; pools fuse with their neighbours; windows too large to
 unroll fall back (logged), as in Inductor."""
@@ -195,7 +195,7 @@ def test_upsample_with_symbolic_sizes(device, mode):
     assert set(tritonfuse.metrics.fallbacks) <= {"aten._unsafe_index_put.default"}
 
 
-# ---- upsampling: torch decomposes it into _unsafe_index reads (lowering/resampling.py) ----
+# ---- upsampling: torch decomposes it into _unsafe_index reads (lowering/indexing.py) ----
 
 UPSAMPLE = {
     "nearest_2x": (lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), (2, 3, 5, 7)),

@@ -9,7 +9,7 @@ import math
 import sympy
 import torch
 
-from ..ir import Buffer, ReinterpretView
+from ..ir import Buffer, MutationBuffer, ReinterpretView
 from .common import IndentedBuffer, pexpr
 
 
@@ -103,6 +103,9 @@ class WrapperCodeGen:
         if buffer.name in self.allocated:
             return
         self.allocated.add(buffer.name)
+        if isinstance(buffer, MutationBuffer):   # a scatter writes into its target's memory
+            self.writeline(f"{buffer.name} = {buffer.target.name}  # written in place")
+            return
         layout = buffer.layout
         size, stride = _shape(layout.size), _shape(layout.stride)
         if layout.device.type == "cpu":

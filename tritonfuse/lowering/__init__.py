@@ -1,6 +1,6 @@
 """aten -> IR lowerings. Importing this package registers every lowering."""
 from . import (  # noqa: F401  (registration side effects)
-    layout, pointwise, pointwise_math, pooling, reductions, resampling, tensor_ops, views,
+    indexing, layout, pointwise, pointwise_math, pooling, reductions, scan, tensor_ops, views,
 )
 from .registry import Unsupported, lowerings
 

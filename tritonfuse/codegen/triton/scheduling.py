@@ -8,6 +8,7 @@ import os
 
 import jinja2
 import sympy
+import torch
 
 from ... import config, metrics, sym
 from ...dependencies import plan_and_deps
@@ -30,6 +31,17 @@ class TritonScheduling(BackendScheduling):
     launcher_device = "cuda"
     reports_zero_division = False   # as eager on CUDA: an integer division by zero raises nothing
     imports_zero_division = False   # the wrapper imports raise_integer_division_by_zero
+    # indirect writes that combine with the element are atomics (kernel.py, _ATOMIC_OPS):
+    # tl.atomic_add/max/min on these dtypes in triton 3.6 and 3.9 (half floats go
+    # through a float32 copy in lowering; tl has no atomic multiply). Float max/min are
+    # left out: tl.atomic_max/min compare floats as integers, by sign, so a NaN of one
+    # sign loses to every number (eager's scatter_reduce amax/amin propagate NaN).
+    scatter_dtypes = {
+        "sum": {torch.float32, torch.float64, torch.int32, torch.int64},
+        "max": {torch.int32, torch.int64},
+        "min": {torch.int32, torch.int64},
+    }
+    deterministic_scatter = False   # atomic float sums land in any order
 
     @staticmethod
     def split_reduction_target(device) -> int:
@@ -124,9 +136,9 @@ class TritonScheduling(BackendScheduling):
 
     @staticmethod
     def _reduction_hint(group):
-        """"outer" when the reductions read memory that is contiguous along x, not r."""
+        """"outer" when the reductions (or scans) read memory that is contiguous along x, not r."""
         for node, x_sizes, r_sizes, kind in group.node_layouts():
-            if kind != "reduction":
+            if kind not in ("reduction", "scan"):
                 continue
             plan, reads, _ = plan_and_deps(node.buffer, x_sizes, r_sizes)
             if not plan.r_sizes or not plan.x_sizes:
@@ -146,6 +158,7 @@ class InterpretedTritonScheduling(TritonScheduling):
     use_libdevice = False
     launcher_device = "cpu"
     reports_zero_division = True    # CPU tensors: eager raises for an integer division by zero
+    deterministic_scatter = True    # the interpreter runs programs, and their atomics, one after another
 
     @staticmethod
     def split_reduction_target(device) -> int:
