@@ -112,10 +112,13 @@ def tritonfuse_metrics() -> dict:
 
 
 def dynamo_counts() -> dict:
-    """Graphs Dynamo produced in this process, and its graph breaks."""
+    """Dynamo's work in this process so far: graphs handed to the backend (every compile,
+    recompiles included), recompiles (frames compiled again after a guard failed, e.g. on
+    a new input shape) and graph breaks."""
     try:
-        from torch._dynamo.utils import counters
+        from torch._dynamo.utils import counters, guard_failures
         return {"graphs": counters["stats"]["unique_graphs"],
+                "recompiles": sum(len(reasons) for reasons in guard_failures.values()),
                 "graph_breaks": sum(counters["graph_break"].values())}
     except Exception:
         return {}

@@ -2,27 +2,39 @@
 """Dynamic shapes: one model over many sequence lengths, eager, Inductor and tritonfuse.
 
     python scripts/bench.py --suite dynamic                  # best device, both steps
-    python scripts/bench.py --suite dynamic --modes infer --quick
+    python scripts/bench.py --suite dynamic --modes train    # one step (to split a run)
+    python scripts/bench.py --suite dynamic --dynamic auto   # Dynamo's default instead
     python scripts/bench.py --suite dynamic --device cpu --lengths 16,24,32
 
 Issue 17's measurement: an HF Llama built from a config (scripts/model_zoo.py
 DYNAMIC_MODEL: hidden 768, 12 heads with 6 KV heads, FFN 3072, 2 layers, vocab 32000,
-bf16 on GPUs; hidden 64 and float32 on the CPU), batch 4, over 10 sequence lengths (128
-to 704 in steps of 64 on GPUs, 16 to 88 in steps of 8 on the CPU), for inference and for
-a training step (forward, loss, backward). Per step and backend, one worker process with
-empty caches (scripts/bench_runner.py) runs:
+bf16 on GPUs; hidden 64 and float32 on the CPU; --model picks another text model of the
+zoo, e.g. nn-lm, which needs no transformers), batch 4, over 10 sequence lengths (128 to
+704 in steps of 64 on GPUs, 16 to 88 in steps of 8 on the CPU), for inference and for a
+training step (forward, loss, backward).
 
-  first pass   every length once, in order: the seconds of each first call (for the
-               compiled backends, the compiles and recompiles Dynamo asks for); each
-               result is checked against eager and a higher-precision reference
-               (scripts/bench_accuracy.py); tritonfuse's counters after each length
+The compiled backends get ``torch.compile(dynamic=True)`` (--dynamic true, the default):
+one symbolic compile should serve every length, and a backend that compiles per shape
+shows it. ``--dynamic auto`` gives Dynamo's default instead (a static compile for the
+first length, then a symbolic recompile), as in the issue's table.
+
+Per step and backend, one worker process with empty caches (scripts/bench_runner.py) runs:
+
+  first pass   every length once, in order: the seconds of each first call (compiles and
+               recompiles included); each result is checked against eager and a
+               higher-precision reference (scripts/bench_accuracy.py); after each length,
+               Dynamo's graphs compiled and recompiles so far, and tritonfuse's counters
   second pass  every length again, timed (CUDA events / perf_counter loops): the steady
                step time per length and its geomean over the lengths
 
-Eager runs in a worker of its own as the baseline. tritonfuse's counters: symbolic_graphs,
-static_specializations, eager_graphs and cpp_builds (a counter this tritonfuse does not
-have shows as "-"). Writes dynamic.json, dynamic.md and dynamic.png to --out; exit status
-0 when every compiled result matched and every worker finished, 1 otherwise.
+Eager runs in a worker of its own as the baseline. "compile s" is the first pass less
+the steady step time of each length: the time spent compiling (and autotuning). The
+counters: Dynamo graphs (every graph handed to the backend), recompiles, and tritonfuse's
+symbolic_graphs, static_specializations, eager_graphs (graphs that ran eagerly) and
+cpp_builds. The run has a time limit (--time-limit, default 330 s on GPUs: it ends within
+6 minutes); a worker past it shows as timeout with the lengths it finished, later ones
+as skipped. Writes dynamic.json, dynamic.md and dynamic.png to --out; exit status 0 when
+every compiled result matched and every worker finished, 1 otherwise.
 """
 from __future__ import annotations
 
@@ -56,7 +68,10 @@ LENGTHS = {"cuda": list(range(128, 705, 64)), "cpu": list(range(16, 89, 8))}
 BATCH = 4
 REPEAT = {("cuda", False): 20, ("cuda", True): 10, ("cpu", False): 5, ("cpu", True): 3}
 TIMEOUT_S = {"cuda": 300, "cpu": 900}
-TIME_BUDGET_S = {"cuda": 570, "cpu": 0}
+# The default run ends within 6 minutes on a GPU (0: no limit).
+TIME_LIMIT_S = {"cuda": 330, "cpu": 0}
+# --dynamic: what torch.compile's dynamic= gets.
+DYNAMIC = {"true": True, "auto": None}
 # tritonfuse counters recorded after each length of the first pass.
 COUNTERS = ("symbolic_graphs", "static_specializations", "eager_graphs", "cpp_builds",
             "generated_kernel_count")
@@ -70,7 +85,8 @@ COUNTERS = ("symbolic_graphs", "static_specializations", "eager_graphs", "cpp_bu
 def _prepare(params: dict) -> None:
     if params.get("threads"):
         torch.set_num_threads(params["threads"])
-    import transformers  # noqa: F401  (imported before the go: not part of any timing)
+    if model_zoo.text_model(params["model"]).hf:
+        import transformers  # noqa: F401  (imported before the go: not part of any timing)
     if params["backend"] != "eager":
         params["backend_import_s"] = import_backend(params["backend"])
 
@@ -78,13 +94,14 @@ def _prepare(params: dict) -> None:
 def _work(params: dict, emit) -> None:
     device, dtype = torch.device(params["device"]), getattr(torch, params["dtype"])
     backend, mode, train = params["backend"], params["mode"], params["mode"] == "train"
-    spec = model_zoo.DYNAMIC_MODEL
+    spec = model_zoo.text_model(params["model"])
     ref_dtype = None if backend == "eager" else REFERENCE_DTYPE[dtype]
     step, reference = model_zoo.make_step(spec, mode, device, dtype, reference_dtype=ref_dtype)
+    emit("model", model_zoo.describe_model(step.model))
     call = step
     if backend != "eager":
         emit("backend_import_s", params["backend_import_s"])
-        call = torch.compile(step, backend=resolve_backend(backend))
+        call = torch.compile(step, backend=resolve_backend(backend), dynamic=DYNAMIC[params["dynamic"]])
         if backend == "tritonfuse":
             import tritonfuse.metrics
             tritonfuse.metrics.reset()
@@ -103,6 +120,8 @@ def _work(params: dict, emit) -> None:
             check = compare_steps(actual, run_step(step, step, batch, train), expected, dtype)
             entry["check"] = {k: check[k] for k in ("ok", "output_err", "output_err_eager",
                                                     "grad_err", "grad_err_eager", "failures")}
+        if backend != "eager":
+            entry["dynamo"] = dynamo_counts()
         if backend == "tritonfuse":
             metrics = tritonfuse_metrics()
             entry["tritonfuse"] = {k: metrics.get(k) for k in COUNTERS}
@@ -162,8 +181,14 @@ def write_png(report: dict, path: Path) -> str:
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="bench.py --suite dynamic", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_run_options(p, DEFAULT_BACKENDS, TIMEOUT_S, TIME_BUDGET_S)
+    add_run_options(p, DEFAULT_BACKENDS, TIMEOUT_S, TIME_LIMIT_S)
+    p.add_argument("--model", default=model_zoo.DYNAMIC_MODEL.name,
+                   help=f"the text model (default {model_zoo.DYNAMIC_MODEL.name}; nn-lm needs no "
+                        "transformers)")
     p.add_argument("--modes", default=",".join(MODES), help="infer,train (default both)")
+    p.add_argument("--dynamic", choices=list(DYNAMIC), default="true",
+                   help="torch.compile(dynamic=True) for the compiled backends (true, default), "
+                        "or Dynamo's default, static first (auto)")
     p.add_argument("--lengths", default=None,
                    help="comma-separated sequence lengths (default cuda 128..704 step 64, "
                         "cpu 16..88 step 8; --quick: every other one)")
@@ -171,16 +196,31 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+def _model_text(spec, results: dict) -> str:
+    """"llama-gqa (HF LlamaForCausalLM, 60.6 M parameters)", from what a worker reported."""
+    for per_backend in results.values():
+        for res in per_backend.values():
+            found = res["values"].get("model")
+            if found:
+                return f"{spec.name} ({found['impl']} {found['class']}, {found['params_m']} M parameters)"
+    return spec.name
+
+
 def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()
     args = parse_args(argv)
-    missing = model_zoo.transformers_missing()
+    try:
+        spec = model_zoo.text_model(args.model)
+    except ValueError as exc:
+        raise SystemExit(f"--model: {exc}")
+    missing = model_zoo.transformers_missing() if spec.hf else None
     if missing:
-        print(f"the dynamic suite needs transformers: {missing}", file=sys.stderr)
+        print(f"--model {spec.name} needs transformers: {missing}", file=sys.stderr)
         return 2
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or set(modes) - set(MODES):
         raise SystemExit(f"--modes: choose from {MODES}")
-    run = RunSettings.from_args(args, REPEAT, TIMEOUT_S, TIME_BUDGET_S)
+    run = RunSettings.from_args(args, started, REPEAT, TIMEOUT_S, TIME_LIMIT_S)
     kind = run.device.type
     backends = ["eager"] + run.backends
     lengths = [int(x) for x in args.lengths.split(",")] if args.lengths else LENGTHS[kind]
@@ -190,14 +230,14 @@ def main(argv: list[str] | None = None) -> int:
     for mode in modes:
         for backend in backends:
             name = f"{mode}/{backend.replace(':', '.')}"
-            params = {"mode": mode, "backend": backend, "batch": args.batch, "lengths": lengths,
-                      **run.params()}
+            params = {"model": spec.name, "mode": mode, "backend": backend, "batch": args.batch,
+                      "lengths": lengths, "dynamic": args.dynamic, **run.params()}
             jobs.append(Job(name, "scripts.bench_dynamic", params,
                             run.cache_root / "caches" / name.replace("/", "_"), run.timeout_s))
-    print(f"dynamic suite: {modes} x {backends}, batch {args.batch}, lengths {lengths} on {kind} "
-          f"({run.info['device_name']}), {run.limits_text()}", flush=True)
+    print(f"dynamic suite: {spec.name}, {modes} x {backends}, dynamic={args.dynamic}, batch "
+          f"{args.batch}, lengths {lengths} on {kind} ({run.info['device_name']}), "
+          f"{run.limits_text()}", flush=True)
     warn_if_busy(run.info)
-    started = time.perf_counter()
     results: dict = {mode: {} for mode in modes}
     for i, (job, result) in enumerate(run.run(jobs), 1):
         first = result.values.get("first_pass", [])
@@ -210,10 +250,10 @@ def main(argv: list[str] | None = None) -> int:
               + f"  ({result.wall_s:.0f} s)", flush=True)
     run.info["load_avg_end"] = load_average()
     report = {"suite": "dynamic", "machine": run.info, "device": kind, "dtype": str(run.dtype),
-              "model": "HF Llama, KV heads = heads / 2 (scripts/model_zoo.py DYNAMIC_MODEL)",
+              "model": _model_text(spec, results), "dynamic": args.dynamic,
               "batch": args.batch, "lengths": lengths, "backends": backends, "modes": modes,
               "repeat": run.repeat, "timing": run.timing, "timeout_s": run.timeout_s,
-              "time_budget_s": run.budget_s, "wall_s": round(time.perf_counter() - started, 1),
+              "time_limit_s": run.time_limit_s, "wall_s": round(time.perf_counter() - started, 1),
               "results": results}
     report["summary"] = summarize(report)
     write_report(report, Path(args.out), "dynamic", render_markdown(report), write_png)

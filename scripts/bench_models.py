@@ -6,6 +6,7 @@
     python scripts/bench.py --suite models --models held-out     # the models nobody tunes on
     python scripts/bench.py --suite models --models all --device cpu
     python scripts/bench.py --suite models --models gpt2,resnet --modes train --phases cold
+    python scripts/bench.py --suite models --models t5,vit --time-limit 900
 
 The models are in scripts/model_zoo.py (HF GPT-2, BERT, Llama, T5, ViT and a ResNet-18;
 held out: DistilBERT, Pythia-style GPT-NeoX, Mistral-style, ConvNeXt), random weights,
@@ -24,8 +25,12 @@ Every (model, step, backend) runs in worker processes (scripts/bench_runner.py):
         loops, as the kernel suite) and, on GPUs, the peak memory of one step;
   warm  a second fresh process with the cold one's caches: the first call again, checked.
 
-Each worker has a time limit (--timeout) and the run a budget (--time-budget): what did
-not finish shows as "timeout" or "skipped" with whatever it had measured. Speed-ups:
+Jobs run model after model (cold, then warm). Each worker has a time limit (--timeout)
+and the run one too (--time-limit, default 510 s on GPUs: the run ends within 9 minutes):
+a worker that runs past its limit shows as "timeout" with whatever it had measured, one
+that dies as "crashed", one that raises as "error", and jobs past the run's limit as
+"skipped"; the run goes on, and prints the --models of what it skipped, to run next. A
+warm job whose cold job did not finish is skipped. Speed-ups:
 "X vs eager" = eager_ms / X_ms with eager timed in X's own process; "tritonfuse vs
 inductor" = inductor_ms / tritonfuse_ms. Geomeans use rows where both ran and matched.
 
@@ -65,8 +70,8 @@ MODES = ("train", "infer")
 PHASES = ("cold", "warm")
 REPEAT = {("cuda", False): 30, ("cuda", True): 10, ("cpu", False): 10, ("cpu", True): 5}
 TIMEOUT_S = {"cuda": 240, "cpu": 600}
-# The default run fits 10 minutes on a GPU (set 0 for no budget).
-TIME_BUDGET_S = {"cuda": 570, "cpu": 0}
+# The default run ends within 9 minutes on a GPU (0: no limit).
+TIME_LIMIT_S = {"cuda": 510, "cpu": 0}
 
 
 # ----------------------------------------------------------------------------------------
@@ -140,20 +145,22 @@ def _work(params: dict, emit) -> None:
 
 
 def plan_jobs(models, modes, phases, run: RunSettings) -> list[Job]:
-    """All cold jobs first (model by model), then the warm ones, in the same order."""
+    """Model after model: its cold jobs, then its warm ones (each after its cold job), so
+    that a run cut short by its time limit has whole rows for the models it reached."""
     jobs = []
-    for phase in PHASES:
-        if phase not in phases:
-            continue
-        for spec in models:
+    for spec in models:
+        for phase in PHASES:
+            if phase not in phases:
+                continue
             for mode in modes:
                 for backend in run.backends:
                     name = f"{spec.name}/{mode}/{backend.replace(':', '.')}"
                     params = {"model": spec.name, "mode": mode, "backend": backend,
                               "phase": phase, **run.params()}
+                    after = f"{name}/cold" if phase == "warm" and "cold" in phases else None
                     jobs.append(Job(f"{name}/{phase}", "scripts.bench_models", params,
                                     run.cache_root / "caches" / name.replace("/", "_"),
-                                    run.timeout_s))
+                                    run.timeout_s, after))
     return jobs
 
 
@@ -199,6 +206,7 @@ def _cell(cold, warm, backend: str) -> dict:
     ms = values.get("ms", {})
     cell = {
         "status": cold.status, "message": cold.message, "wall_s": round(cold.wall_s, 1),
+        "out_of_time": cold.out_of_time or (warm is not None and warm.out_of_time),
         "first_call_cold_s": values.get("first_call_s"),
         "ms": ms.get(backend, {}).get("median"), "ms_min": ms.get(backend, {}).get("min"),
         "eager_ms": ms.get("eager", {}).get("median"),
@@ -274,9 +282,9 @@ def write_png(report: dict, path: Path) -> str:
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="bench.py --suite models", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_run_options(p, DEFAULT_BACKENDS, TIMEOUT_S, TIME_BUDGET_S)
+    add_run_options(p, DEFAULT_BACKENDS, TIMEOUT_S, TIME_LIMIT_S)
     p.add_argument("--models", default="main",
-                   help="main (default), held-out, all, or comma-separated model names: "
+                   help="main (default), held-out, extra, all, or comma-separated model names: "
                         + ", ".join(m.name for m in model_zoo.MODELS)
                         + f"; --quick keeps {', '.join(model_zoo.QUICK)} of a group")
     p.add_argument("--modes", default=",".join(MODES), help="train,infer (default both)")
@@ -308,11 +316,23 @@ def _choose_models(args) -> list:
     return models
 
 
+def _unfinished_models(rows: list[dict]) -> list[str]:
+    """The models with a job that the run's time limit skipped or cut short, in order."""
+    names = []
+    for row in rows:
+        if any(c.get("out_of_time") for c in row["cells"].values()) and row["model"] not in names:
+            names.append(row["model"])
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()
     args = parse_args(argv)
     models = _choose_models(args)
     modes, phases = _split(args.modes, MODES), _split(args.phases, PHASES)
-    run = RunSettings.from_args(args, REPEAT, TIMEOUT_S, TIME_BUDGET_S)
+    if "warm" in phases and "cold" not in phases:
+        raise SystemExit("--phases: warm needs cold (a warm run uses the caches of a cold one)")
+    run = RunSettings.from_args(args, started, REPEAT, TIMEOUT_S, TIME_LIMIT_S)
     if not run.backends:
         raise SystemExit("--backends: name at least one compiled backend (eager always runs)")
     jobs = plan_jobs(models, modes, phases, run)
@@ -320,7 +340,6 @@ def main(argv: list[str] | None = None) -> int:
           f"worker processes on {run.device.type} ({run.info['device_name']}), "
           f"{run.limits_text()}", flush=True)
     warn_if_busy(run.info)
-    started = time.perf_counter()
     results = {}
     for i, (job, result) in enumerate(run.run(jobs), 1):
         p = job.params
@@ -337,11 +356,18 @@ def main(argv: list[str] | None = None) -> int:
     report = {"suite": "models", "machine": run.info, "device": run.device.type,
               "dtype": str(run.dtype), "backends": run.backends, "modes": modes, "phases": phases,
               "repeat": run.repeat, "timing": run.timing, "timeout_s": run.timeout_s,
-              "time_budget_s": run.budget_s, "wall_s": round(time.perf_counter() - started, 1),
-              "rows": rows, "summary": summarize(rows, run.backends)}
+              "time_limit_s": run.time_limit_s, "wall_s": round(time.perf_counter() - started, 1),
+              "rows": rows, "summary": summarize(rows, run.backends),
+              "unfinished_models": _unfinished_models(rows)}
     write_report(report, Path(args.out), "models", render_markdown(report), write_png)
+    if report["unfinished_models"]:
+        print("NOT ALL RUN (the run's time limit): run the rest with --models "
+              + ",".join(report["unfinished_models"]))
     bad = [f"{r['model']} {r['mode']} {b}: {c['status']}" for r in rows
            for b, c in r["cells"].items() if c["status"] != "ok"]
+    bad += [f"{r['model']} {r['mode']} {b} (warm): {c['warm_status']}" for r in rows
+            for b, c in r["cells"].items()
+            if c["status"] == "ok" and c.get("warm_status") not in (None, "ok")]
     if bad:
         print("NOT CLEAN: " + "; ".join(bad))
         return 1

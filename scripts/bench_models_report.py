@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from scripts.bench_common import Notes, busy_machine_note, fmt, fmt_ratio, geomean, machine_line, markdown_table
 
-GROUP_TITLES = {"main": "Main models", "held-out": "Held-out models (nobody tunes against these)"}
+GROUP_TITLES = {"main": "Main models", "held-out": "Held-out models (nobody tunes against these)",
+                "extra": "Other models"}
 
 
 def ratio_pairs(backends: list[str]) -> list[tuple[str, str]]:
@@ -176,6 +177,11 @@ def _group_tables(rows: list[dict], backends: list[str], summary: dict, group: s
     return lines
 
 
+def _run_limit(report: dict) -> str:
+    limit = report.get("time_limit_s")
+    return f", run limit {limit:.0f} s" if limit else ""
+
+
 def render_markdown(report: dict) -> str:
     rows, backends = report["rows"], report["backends"]
     info = report["machine"]
@@ -183,15 +189,20 @@ def render_markdown(report: dict) -> str:
              machine_line(info, report["timing"]), "",
              f"{report['dtype'].replace('torch.', '')}, random weights, dropout 0; modes: "
              f"{', '.join(report['modes'])}; phases: {', '.join(report['phases'])}; worker limit "
-             f"{report['timeout_s']:.0f} s; run took {report['wall_s']:.0f} s. Each (model, step, "
+             f"{report['timeout_s']:.0f} s{_run_limit(report)}; run took {report['wall_s']:.0f} s. "
+             "Each (model, step, "
              "backend) ran in a fresh process with empty caches (cold), then in another that "
              "found those caches (warm). \"X vs eager\" = eager_ms / X_ms with eager timed in "
              "X's process, interleaved with it; \"tritonfuse vs inductor\" = inductor_ms / "
              "tritonfuse_ms; above 1: faster. A check FAILs when an output's or a gradient's "
              "error exceeds 3x eager's own (and the dtype's rounding floor)."]
     lines += busy_machine_note(info)
+    if report.get("unfinished_models"):
+        lines += ["", f"**Not all run:** the run's time limit skipped or cut short jobs of "
+                  f"{', '.join(report['unfinished_models'])}; run them with `--models "
+                  f"{','.join(report['unfinished_models'])}`."]
     notes = Notes()
-    for group in ("main", "held-out"):
+    for group in GROUP_TITLES:
         picked = [r for r in rows if r["group"] == group]
         if picked:
             lines += ["", f"## {GROUP_TITLES[group]}", ""]

@@ -18,8 +18,11 @@ suites run each (model, mode, backend) in worker processes:
     cost no wall time; on a small CPU machine that would disturb the timing, so workers
     start one after another there.
 
-Runner.run also keeps the whole run within a time budget: a job gets at most the time
-left, and a job that cannot get MIN_JOB_S any more is skipped.
+Runner.run also keeps the whole run within its time limit (counted from the start of the
+suite's main(), with REPORT_RESERVE_S kept for writing the report): a job gets at most the time
+left, and a job that cannot get MIN_JOB_S any more is skipped. A job can name another that
+must have finished first (``after``: a warm run needs its cold run's caches); it is
+skipped when that one did not finish.
 """
 from __future__ import annotations
 
@@ -42,8 +45,10 @@ CACHE_ENV = {
     "TORCHINDUCTOR_CACHE_DIR": "inductor",
     "TRITON_CACHE_DIR": "triton",
 }
-# A job is not started with less time than this left in the run's budget.
+# A job is not started with less time than this left before the run's time limit.
 MIN_JOB_S = 20.0
+# Seconds of the run's time limit kept for gathering and writing the report (PNG included).
+REPORT_RESERVE_S = 15.0
 LOG_TAIL_CHARS = 2000
 
 
@@ -54,6 +59,7 @@ class Job:
     params: dict         # what the worker is asked to do (JSON)
     cache_dir: Path      # its caches live under here
     timeout_s: float
+    after: str | None = None  # the key of a job that must have finished ok first
 
 
 @dataclass
@@ -62,6 +68,7 @@ class JobResult:
     values: dict = field(default_factory=dict)  # the worker's emitted values
     wall_s: float = 0.0
     message: str = ""
+    out_of_time: bool = False  # skipped, or killed, for the run's time limit
 
 
 def worker_env(cache_dir: Path, device_type: str) -> dict:
@@ -112,7 +119,9 @@ class _Worker:
                 pass
         self.proc.wait()
 
-    def finish(self, timeout_s: float) -> JobResult:
+    def finish(self, timeout_s: float, run_limit: bool) -> JobResult:
+        """Wait for the worker at most ``timeout_s`` (``run_limit``: that is the time left
+        to the run, not the worker's own limit) and read what it reported."""
         try:
             self.proc.wait(timeout=timeout_s)
             timed_out = False
@@ -123,14 +132,27 @@ class _Worker:
         values = read_events(self.events)
         log_tail = self.log.read_text(errors="replace")[-LOG_TAIL_CHARS:]
         if timed_out:
-            return JobResult("timeout", values, wall, f"killed after its time limit of {timeout_s:.0f} s")
+            why = "the run's time limit, --time-limit" if run_limit else "its limit, --timeout"
+            return JobResult("timeout", values, wall, f"killed after {timeout_s:.0f} s ({why})",
+                             out_of_time=run_limit)
         if "error" in values:
             return JobResult("error", values, wall, values["error"]["message"])
         if self.proc.returncode != 0 or "done" not in values:
-            last = [line for line in log_tail.splitlines() if line.strip()][-1:] or [""]
-            return JobResult("crashed", values, wall,
-                             f"exit status {self.proc.returncode}: {last[0][:200]}")
+            return JobResult("crashed", values, wall, _exit_text(self.proc.returncode, log_tail))
         return JobResult("ok", values, wall)
+
+
+def _exit_text(returncode: int, log_tail: str) -> str:
+    """"killed by SIGSEGV: <the log's last line>", "exit status 1: ..."."""
+    if returncode < 0:
+        try:
+            how = f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            how = f"killed by signal {-returncode}"
+    else:
+        how = f"exit status {returncode}"
+    last = [line for line in log_tail.splitlines() if line.strip()][-1:]
+    return f"{how}: {last[0][:200]}" if last else how
 
 
 def read_events(path: Path) -> dict:
@@ -145,32 +167,57 @@ def read_events(path: Path) -> dict:
 
 
 class Runner:
-    def __init__(self, work_dir: Path, device_type: str, budget_s: float | None,
-                 prespawn: bool):
+    def __init__(self, work_dir: Path, device_type: str, started: float,
+                 time_limit_s: float | None, prespawn: bool):
+        """``started``: the perf_counter() at which the run's time limit began."""
         self.work_dir = work_dir
         self.device_type = device_type
-        self.deadline = time.perf_counter() + budget_s if budget_s else None
+        self.deadline = started + time_limit_s - REPORT_RESERVE_S if time_limit_s else None
         self.prespawn = prespawn
         work_dir.mkdir(parents=True, exist_ok=True)
 
     def time_left(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.perf_counter()
 
+    def _skip(self, job: Job, done: dict[str, JobResult]) -> JobResult | None:
+        """A "skipped" result when ``job`` cannot start now, else None."""
+        if job.after is not None:
+            before = done.get(job.after)
+            if before is None or before.status != "ok":
+                status = before.status if before else "not run"
+                return JobResult("skipped", message=f"{job.after} did not finish ({status})",
+                                 out_of_time=before is not None and before.out_of_time)
+        left = self.time_left()
+        if left is not None and left < MIN_JOB_S:
+            return JobResult("skipped", message="the run's time limit was reached (--time-limit)",
+                             out_of_time=True)
+        return None
+
     def run(self, jobs: list[Job]) -> Iterator[tuple[Job, JobResult]]:
         """Run the jobs one at a time, in order; yields each with its result."""
+        done: dict[str, JobResult] = {}
         waiting: _Worker | None = None
         try:
             for i, job in enumerate(jobs):
-                worker, waiting = waiting or _Worker(job, self.work_dir, self.device_type), None
-                left = self.time_left()
-                if left is not None and left < MIN_JOB_S:
-                    worker.kill()
-                    yield job, JobResult("skipped", message="the run's time budget was spent")
+                worker, waiting = waiting, None
+                skipped = self._skip(job, done)
+                if skipped is not None:
+                    if worker is not None:
+                        worker.kill()
+                    done[job.key] = skipped
+                    yield job, skipped
                     continue
+                worker = worker or _Worker(job, self.work_dir, self.device_type)
                 worker.go()
                 if self.prespawn and i + 1 < len(jobs):
                     waiting = _Worker(jobs[i + 1], self.work_dir, self.device_type)
-                yield job, worker.finish(job.timeout_s if left is None else min(job.timeout_s, left))
+                left = self.time_left()
+                if left is not None and left < job.timeout_s:
+                    result = worker.finish(left, run_limit=True)
+                else:
+                    result = worker.finish(job.timeout_s, run_limit=False)
+                done[job.key] = result
+                yield job, result
         finally:
             if waiting is not None:
                 waiting.kill()
@@ -222,7 +269,7 @@ def import_backend(name: str) -> float:
 # ----------------------------------------------------------------------------------------
 
 
-def add_run_options(p, default_backends: str, timeout_s: dict, budget_s: dict) -> None:
+def add_run_options(p, default_backends: str, timeout_s: dict, time_limit_s: dict) -> None:
     """The options of a suite that runs workers: device, backends, samples, limits, output."""
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--backends", default=default_backends,
@@ -231,11 +278,12 @@ def add_run_options(p, default_backends: str, timeout_s: dict, budget_s: dict) -
     p.add_argument("--quick", action="store_true", help="a shorter run: see the suite's text")
     p.add_argument("--repeat", type=int, default=None, help="timed samples per step")
     p.add_argument("--timeout", type=float, default=None,
-                   help=f"seconds per worker process (default cuda {timeout_s['cuda']}, "
-                        f"cpu {timeout_s['cpu']})")
-    p.add_argument("--time-budget", type=float, default=None,
-                   help=f"seconds for the whole run; jobs past it are skipped (default cuda "
-                        f"{budget_s['cuda']}, cpu {budget_s['cpu'] or 'none'}; 0: none)")
+                   help=f"seconds per worker process; one that runs longer is killed and shows "
+                        f"as timeout (default cuda {timeout_s['cuda']}, cpu {timeout_s['cpu']})")
+    p.add_argument("--time-limit", type=float, default=None,
+                   help=f"seconds for the whole run, report included: the worker running at the "
+                        f"limit is killed (timeout), later ones are skipped (default cuda "
+                        f"{time_limit_s['cuda']}, cpu {time_limit_s['cpu'] or 'none'}; 0: none)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch.set_num_threads(N) in every worker (default: torch's choice; "
                         "1 suffers least on a shared, busy CPU machine)")
@@ -255,7 +303,8 @@ class RunSettings:
     backends: list[str]  # the compiled ones
     repeat: int
     timeout_s: float
-    budget_s: float
+    time_limit_s: float  # 0: none
+    started: float       # perf_counter() when the run (and its time limit) began
     prespawn: bool
     threads: int | None
     info: dict           # machine_info
@@ -264,7 +313,8 @@ class RunSettings:
     own_cache_root: bool  # a temporary folder of ours, removed at the end
 
     @classmethod
-    def from_args(cls, args, repeat: dict, timeout_s: dict, budget_s: dict) -> "RunSettings":
+    def from_args(cls, args, started: float, repeat: dict, timeout_s: dict,
+                  time_limit_s: dict) -> "RunSettings":
         import tempfile
 
         import torch
@@ -283,7 +333,7 @@ class RunSettings:
         root = args.cache_root or tempfile.mkdtemp(prefix="tf-bench-")
         return cls(device, torch.bfloat16 if kind == "cuda" else torch.float32, backends, count,
                    args.timeout or timeout_s[kind],
-                   budget_s[kind] if args.time_budget is None else args.time_budget,
+                   time_limit_s[kind] if args.time_limit is None else args.time_limit, started,
                    kind == "cuda" if args.prespawn == "auto" else args.prespawn == "on",
                    args.threads, info, timing, Path(root), args.cache_root is None)
 
@@ -294,15 +344,15 @@ class RunSettings:
 
     def limits_text(self) -> str:
         return (f"{str(self.dtype).replace('torch.', '')}; limit {self.timeout_s:.0f} s per worker"
-                + (f", {self.budget_s:.0f} s in all" if self.budget_s else ""))
+                + (f", {self.time_limit_s:.0f} s for the run" if self.time_limit_s else ""))
 
     def run(self, jobs: list[Job]) -> Iterator[tuple[Job, JobResult]]:
         """Run the jobs (Runner.run); the temporary cache folder goes at the end."""
         import shutil
 
         try:
-            runner = Runner(self.cache_root / "workers", self.device.type, self.budget_s or None,
-                            self.prespawn)
+            runner = Runner(self.cache_root / "workers", self.device.type, self.started,
+                            self.time_limit_s or None, self.prespawn)
             yield from runner.run(jobs)
         finally:
             if self.own_cache_root:

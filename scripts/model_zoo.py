@@ -8,6 +8,8 @@ and dtype they time. Two groups:
             2 layers, vocab 32000, dropout 0), a ResNet-18 (convs + batch norm) and a ViT
   held-out  models and shapes nobody tunes against: DistilBERT, a Pythia-style GPT-NeoX
             and a Mistral-style Llama at hidden 1024 / 16 heads, and a ConvNeXt
+  extra     nn-lm, a small language model in plain torch.nn (the text sizes below); it
+            needs no transformers, so the suites' tests run it
 
 On the CPU every model is much smaller (hidden 64-96, vocab 1000, 32x32 images) so that a
 2-core machine compiles them all in minutes. HF models need `transformers`; the vision
@@ -269,6 +271,33 @@ def build_convnext(size: str) -> nn.Module:
     return ConvNeXt(num_classes=NUM_CLASSES[size])
 
 
+class TorchLM(nn.Module):
+    """A language model in plain torch.nn: token and position embeddings, pre-LayerNorm
+    transformer blocks (scripts/models.py), a final LayerNorm and the LM head."""
+
+    def __init__(self, vocab: int, hidden: int, heads: int, layers: int, max_len: int = 2048):
+        super().__init__()
+        from scripts.models import TransformerBlock
+
+        self.tokens = nn.Embedding(vocab, hidden)
+        self.positions = nn.Embedding(max_len, hidden)
+        self.blocks = nn.ModuleList(TransformerBlock(hidden, heads) for _ in range(layers))
+        self.norm = nn.LayerNorm(hidden)
+        self.head = nn.Linear(hidden, vocab, bias=False)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = self.tokens(input_ids) + self.positions(positions)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+def build_torch_lm(size: str) -> nn.Module:
+    t = _text(size)
+    return TorchLM(t["vocab"], t["hidden"], t["heads"], t["layers"])
+
+
 # ----------------------------------------------------------------------------------------
 # The table
 # ----------------------------------------------------------------------------------------
@@ -281,7 +310,8 @@ class ModelSpec:
     inputs   "tokens" (input_ids, labels), "seq2seq" (input_ids, labels or
              decoder_input_ids) or "image" (pixel_values, labels)
     hf       True: an HF model that takes the batch as keywords and returns .loss/.logits;
-             False: a plain module called with the image, loss = cross entropy outside
+             False: a plain module called with the image or the token ids, returning
+             logits; loss = cross entropy outside
     """
 
     name: str
@@ -305,6 +335,7 @@ MODELS: list[ModelSpec] = [
     ModelSpec("pythia", "held-out", build_pythia, "tokens"),
     ModelSpec("mistral", "held-out", build_mistral, "tokens"),
     ModelSpec("convnext", "held-out", build_convnext, "image", hf=False),
+    ModelSpec("nn-lm", "extra", build_torch_lm, "tokens", hf=False),
 ]
 MODELS_BY_NAME = {m.name: m for m in MODELS}
 
@@ -316,12 +347,23 @@ def build_llama_gqa(size: str) -> nn.Module:
 
 # The model of `--suite dynamic` (issue 17's measurement); in no group of the model suite.
 DYNAMIC_MODEL = ModelSpec("llama-gqa", "dynamic", build_llama_gqa, "tokens")
-GROUPS = ("main", "held-out")
+
+
+def text_model(name: str) -> ModelSpec:
+    """The dynamic suite's model by name: DYNAMIC_MODEL's or a text model of the table."""
+    if name == DYNAMIC_MODEL.name:
+        return DYNAMIC_MODEL
+    spec = MODELS_BY_NAME.get(name)
+    if spec is None or spec.inputs == "image":
+        text = [DYNAMIC_MODEL.name] + [m.name for m in MODELS if m.inputs != "image"]
+        raise ValueError(f"unknown text model {name!r}; known: {text}")
+    return spec
+GROUPS = ("main", "held-out", "extra")
 QUICK = ("gpt2", "llama", "resnet")
 
 
 def select_models(selection: str, quick: bool = False) -> list[ModelSpec]:
-    """"main", "held-out", "all", or comma-separated model names. With ``quick`` a
+    """"main", "held-out", "extra", "all", or comma-separated model names. With ``quick`` a
     group keeps only its models in QUICK (and one model at least)."""
     if selection == "all":
         chosen = list(MODELS)
@@ -393,14 +435,17 @@ class Step(nn.Module):
         super().__init__()
         self.model = model
         self.hf = spec.hf
+        self.input_key = "pixel_values" if spec.inputs == "image" else "input_ids"
         self.train_mode = mode == "train"
 
     def forward(self, batch: dict) -> torch.Tensor:
         if self.hf:
             out = self.model(**batch)
             return out.loss if self.train_mode else out.logits
-        logits = self.model(batch["pixel_values"])
-        return F.cross_entropy(logits, batch["labels"]) if self.train_mode else logits
+        logits = self.model(batch[self.input_key])
+        if not self.train_mode:
+            return logits
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1))
 
 
 def make_step(spec: ModelSpec, mode: str, device, dtype: torch.dtype, seed: int = 0,
