@@ -167,8 +167,9 @@ def _dedupe(configs: list[Config]) -> list[Config]:
 def _pointwise(numels: dict[str, int], mode: str) -> list[Config]:
     x = numels["x"]
     xp = next_power_of_2(x)
-    # Aim for >= ~128 programs once there is enough work, blocks of 256..1024 elements.
-    guess = min(xp, max(256, min(x // 128, 1024)))
+    # Aim for >= ~128 programs once there is enough work, blocks of 256..1024 elements
+    # (a power of two: tl.arange needs one).
+    guess = min(xp, _clamp_pow2(x // 128, 256, 1024))
 
     def make(xblock: int, warps: int | None = None) -> Config:
         xblock = max(1, min(xblock, xp))
