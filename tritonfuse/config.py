@@ -14,6 +14,14 @@ cpu_backend: str = _env("TRITONFUSE_CPU_BACKEND", "cpp")
 # Autotuning of Triton launch configs: "none" (first heuristic config), "default", "max".
 autotune: str = _env("TRITONFUSE_AUTOTUNE", "default")
 
+# Triton kernels compile in the background while the rest of a graph is compiled
+# (runtime/async_compile.py). compile_workers: how many at once (unset: one per CPU core
+# but one; 0: each in the thread that needs it). compile_pool: "threads", "processes" or
+# "auto" (processes from 8 CPU cores on: threads stop scaling at 3-4, held by the GIL).
+compile_workers: "int | None" = (int(os.environ["TRITONFUSE_COMPILE_WORKERS"])
+                                 if os.environ.get("TRITONFUSE_COMPILE_WORKERS") else None)
+compile_pool: str = _env("TRITONFUSE_COMPILE_POOL", "auto")
+
 # Tune even under TRITON_INTERPRET (normally skipped: interpreted timings mean nothing).
 autotune_under_interpreter: bool = _env("TRITONFUSE_AUTOTUNE_INTERPRET", "0") == "1"
 

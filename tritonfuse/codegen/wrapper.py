@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from .. import sym
+from .. import metrics, sym
 from ..ir import Buffer, ReinterpretView
 from .common import IndentedBuffer
 
@@ -48,7 +48,9 @@ class WrapperCodeGen:
         self.graph = graph
         self.kernel_defs = IndentedBuffer()
         self.body = IndentedBuffer(1)
-        self.kernel_sources = []
+        self.kernel_sources = []       # each kernel defined, once
+        self.kernel_names = []         # their names, in the same order
+        self.kernel_by_identity = {}   # what makes a kernel the same as another -> its name
         self.kernel_count = 0
         self.allocated = set()
         self.module_imports = set()
@@ -63,23 +65,45 @@ class WrapperCodeGen:
     def writeline(self, line: str):
         self.body.writeline(line)
 
-    def add_kernel_source(self, source: str):
+    def add_kernel_source(self, source: str, name: str):
         self.kernel_sources.append(source)
+        self.kernel_names.append(name)
 
-    def define_triton_kernel(self, name, source, kind, numels, configs, mutated, device_type, hint):
-        self.add_kernel_source(source)
-        configs_text = ", ".join(f"Config.from_dict({c.to_dict()!r})" for c in configs)
+    def define_kernel_once(self, identity, prefix, origins):
+        """(name, new): the name of the kernel that `identity` (its source but the name,
+        and whatever else its definition holds) stands for; new if it is the first of its
+        kind in this graph. Identical kernels, such as one per transformer layer, are
+        defined once and called at each place."""
+        name = self.kernel_by_identity.get(identity)
+        if name is not None:
+            metrics.kernel_dedup_hits += 1
+            return name, False
+        name = self.kernel_by_identity[identity] = self.kernel_name(prefix, origins)
+        return name, True
+
+    def define_triton_kernel(self, kernel):
+        """(name, new) for a rendered `TritonKernelDefinition`; the first of its kind gets
+        a TritonLauncher in the module's kernel section."""
+        name, new = self.define_kernel_once(kernel.identity(), kernel.prefix, kernel.origins)
+        if not new:
+            return name, False
+        source = kernel.source(name)
+        self.add_kernel_source(source, name)
+        configs_text = ", ".join(f"Config.from_dict({c.to_dict()!r})" for c in kernel.configs)
+        dtypes_text = "".join(f"{dtype}, " for dtype in kernel.pointer_dtypes)
         self.kernel_defs.writeline(f"{name} = TritonLauncher(")
         with self.kernel_defs.indent():
-            self.kernel_defs.writeline(f"name={name!r}, kind={kind!r}, numels={numels!r}, "
-                                       f"mutated_arg_indices={mutated!r}, device_type={device_type!r},")
-            self.kernel_defs.writeline(f"reduction_hint={hint!r}, configs=[{configs_text}],")
+            self.kernel_defs.writeline(f"name={name!r}, kind={kernel.kind!r}, numels={kernel.numels!r}, "
+                                       f"mutated_arg_indices={kernel.mutated!r}, device_type={kernel.device_type!r},")
+            self.kernel_defs.writeline(f"reduction_hint={kernel.hint!r}, configs=[{configs_text}],")
+            self.kernel_defs.writeline(f"pointer_dtypes=({dtypes_text}), device_index={kernel.device_index!r},")
             self.kernel_defs.writeline("source='''")
         for line in source.rstrip().splitlines():
             self.kernel_defs.lines.append(line.replace("\\", "\\\\").replace("'''", "\\'\\'\\'"))
         self.kernel_defs.lines.append("''')")
         self.kernel_defs.writeline("")
         self.module_imports.add("triton")
+        return name, True
 
     def define_raw(self, text: str):
         """Module-level code a backend needs (e.g. a loaded C++ library)."""

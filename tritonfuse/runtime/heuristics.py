@@ -15,6 +15,7 @@ short columns (outer).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 # Largest next_power_of_2(r) for which a reduction keeps the whole row in registers
@@ -35,9 +36,16 @@ POINTWISE_MAX_BLOCK_ELEMENTS = 4096
 MAX_BLOCK = 4096
 # CUDA limits grid dims y and z to 65535 (x may go to 2**31 - 1).
 MAX_GRID_YZ = 65535
+# The autotuning budget: a kernel over fewer elements than this runs in a few
+# microseconds whatever its launch config (launch latency dominates), so "default" mode
+# compiles and runs only the first config; "max" still tries them all.
+TUNE_MIN_ELEMENTS = 1 << 16
 
 KINDS = ("pointwise", "pointwise_2d", "reduction", "persistent_reduction")
 MODES = ("none", "default", "max")
+# The integer arguments of each kind of kernel, in signature order (after the pointers).
+NUMEL_ARGS = {"pointwise": ("x",), "pointwise_2d": ("y", "x"), "reduction": ("x", "r"),
+              "persistent_reduction": ("x", "r")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +157,18 @@ def candidate_configs(kind: str, numels: dict[str, int], mode: str = "default",
     else:
         configs = builders[kind](numels, mode)
     configs = _dedupe(configs)
-    return configs[:1] if mode == "none" else configs
+    if mode == "none" or (mode == "default" and math.prod(numels.values()) < TUNE_MIN_ELEMENTS):
+        return configs[:1]
+    return configs
+
+
+def size_key(kind: str, numels: dict[str, int]) -> tuple:
+    """The sizes a kernel's launch config is chosen (and its tuning result kept) for.
+
+    The one place that says which sizes count as the same: today exact numels; with
+    sizes known only at launch, a bucket such as next_power_of_2 of each would go here.
+    """
+    return (kind,) + tuple((axis, int(numels[axis])) for axis in NUMEL_ARGS[kind])
 
 
 def _dedupe(configs: list[Config]) -> list[Config]:

@@ -3,6 +3,7 @@
 Registered for "cuda" (compiled kernels) and, through ``InterpretedTritonScheduling``,
 for "cpu" tensors when ``config.cpu_backend == "triton"`` (Triton's interpreter).
 """
+import dataclasses
 import functools
 import os
 
@@ -11,8 +12,10 @@ import sympy
 
 from ... import config, metrics
 from ...dependencies import plan_and_deps
-from ...runtime.heuristics import candidate_configs, is_persistent_reduction_ok
+from ...runtime import async_compile
+from ...runtime.heuristics import NUMEL_ARGS, candidate_configs, is_persistent_reduction_ok
 from ..backend_interface import BackendScheduling
+from ..common import KERNEL_NAME_PLACEHOLDER, name_kernel
 from .kernel import TritonKernel
 from .overrides import INTERPRETER_OPS, TRITON_OPS
 
@@ -21,12 +24,50 @@ _templates = jinja2.Environment(
     trim_blocks=True, lstrip_blocks=False, keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
 )
 
+PREFIXES = {"pointwise": "triton_poi", "pointwise_2d": "triton_poi_tiled", "persistent_reduction": "triton_per",
+            "reduction": "triton_red"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonKernelDefinition:
+    """A rendered Triton kernel before it has a name: what the wrapper defines (one
+    TritonLauncher per distinct definition) and the compile pool builds.
+
+    template: the source, its kernel named KERNEL_NAME_PLACEHOLDER; configs: candidate
+    launch configs; mutated: run() positions written; pointer_dtypes: dtypes of the tensor
+    arguments; device_index: the CUDA device compiled for (None when interpreted).
+    """
+    prefix: str
+    origins: tuple
+    template: str
+    kind: str
+    numels: dict
+    configs: tuple
+    mutated: tuple
+    device_type: str
+    device_index: "int | None"
+    hint: "str | None"
+    pointer_dtypes: tuple
+
+    def identity(self) -> tuple:
+        """Equal for kernels that can share one definition."""
+        return (self.template, self.kind, tuple(sorted(self.numels.items())), self.configs, self.mutated,
+                self.device_type, self.device_index, self.hint, self.pointer_dtypes)
+
+    def source(self, name: str) -> str:
+        return name_kernel(self.template, name)
+
 
 class TritonScheduling(BackendScheduling):
     online_softmax = True
     ops_table = TRITON_OPS
     use_libdevice = True
     launcher_device = "cuda"
+
+    def __init__(self, scheduler, wrapper, graph):
+        super().__init__(scheduler, wrapper, graph)
+        if self.launcher_device == "cuda":
+            async_compile.pool().start()   # worker processes start while the graph is scheduled
 
     @staticmethod
     def split_reduction_target(device) -> int:
@@ -46,28 +87,39 @@ class TritonScheduling(BackendScheduling):
         internal = self.scheduler.internal_buffers(group)
         kernel = TritonKernel(group, internal, self.graph, self.ops_table, configs, kind, numels)
         kernel.generate()
-        prefix = {"pointwise": "triton_poi", "pointwise_2d": "triton_poi_tiled", "persistent_reduction": "triton_per",
-                  "reduction": "triton_red"}[kind]
-        name = self.wrapper.kernel_name(prefix, group.origins)
         call_args = kernel.args.call_order()
-        numel_names = {"pointwise": ["xnumel"], "pointwise_2d": ["ynumel", "xnumel"]}.get(kind, ["xnumel", "rnumel"])
-        block_names = {"pointwise": ["XBLOCK"], "pointwise_2d": ["YBLOCK", "XBLOCK"]}.get(kind, ["XBLOCK", "RBLOCK"])
+        numel_names = [f"{axis}numel" for axis in NUMEL_ARGS[kind]]
+        block_names = [f"{axis.upper()}BLOCK" for axis in NUMEL_ARGS[kind]]
         signature = [param for param, _ in call_args] + numel_names + [f"{b}: tl.constexpr" for b in block_names]
-        source = _templates.get_template("kernel.py.j2").render(
-            name=name, kind=kind, signature=", ".join(signature), x_numel=group.x_numel, r_numel=group.r_numel,
-            origins=", ".join(group.origins), int64=kernel.use_int64, needs_xmask=kernel.needs_xmask,
-            needs_rmask=kernel.needs_rmask, needs_ymask=kernel.needs_ymask, use_libdevice=self.use_libdevice,
-            reads=", ".join(kernel.args.inputs) or "-", writes=", ".join(kernel.args.outputs) or "-",
-            body=kernel.body_lines().getvalue().rstrip(),
+        template = _templates.get_template("kernel.py.j2").render(
+            name=KERNEL_NAME_PLACEHOLDER, kind=kind, signature=", ".join(signature), x_numel=group.x_numel,
+            r_numel=group.r_numel, origins=", ".join(group.origins), int64=kernel.use_int64,
+            needs_xmask=kernel.needs_xmask, needs_rmask=kernel.needs_rmask, needs_ymask=kernel.needs_ymask,
+            use_libdevice=self.use_libdevice, body=kernel.body_lines().getvalue().rstrip(),
         )
         n_inputs = len(kernel.args.inputs)
-        mutated = list(range(n_inputs, n_inputs + len(kernel.args.outputs)))
-        self.wrapper.define_triton_kernel(name, source, kind, numels, configs, mutated, self.launcher_device, hint)
+        definition = TritonKernelDefinition(
+            prefix=PREFIXES[kind], origins=tuple(group.origins), template=template, kind=kind, numels=numels,
+            configs=tuple(configs), mutated=tuple(range(n_inputs, n_inputs + len(kernel.args.outputs))),
+            device_type=self.launcher_device, device_index=self._device_index(group.device), hint=hint,
+            pointer_dtypes=tuple(self.graph.get_dtype(buffer) for _, buffer in call_args))
+        name, new = self.wrapper.define_triton_kernel(definition)
+        if new and definition.device_index is not None:
+            # compiles in the background while the rest of the graph is generated
+            _, _, existed = async_compile.precompile(name, definition.source(name), kind, numels, configs,
+                                                     definition.pointer_dtypes, definition.device_index)
+            metrics.kernel_dedup_hits += existed
         buffers = [buffer for _, buffer in call_args]
         self.wrapper.allocate_outputs(group, internal)
-        numel_args = [str(numels[n[0]]) for n in numel_names]
+        numel_args = [str(numels[axis]) for axis in NUMEL_ARGS[kind]]
         self.wrapper.writeline(f"{name}.run({', '.join(buffers + numel_args)})")
         metrics.record_kernel(name)
+
+    @staticmethod
+    def _device_index(device):
+        """The CUDA device a compiled kernel is built for (None: interpreted, nothing to build)."""
+        import torch
+        return device.index if device.index is not None else torch.cuda.current_device()
 
     @staticmethod
     def _kind(group, hint=None):
@@ -102,6 +154,10 @@ class InterpretedTritonScheduling(TritonScheduling):
     ops_table = INTERPRETER_OPS
     use_libdevice = False
     launcher_device = "cpu"
+
+    @staticmethod
+    def _device_index(device):
+        return None
 
     @staticmethod
     def split_reduction_target(device) -> int:
