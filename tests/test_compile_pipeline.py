@@ -3,6 +3,8 @@
 budget. Binaries are built for an H100 (sm_90) offline: no GPU needed for that part."""
 import pathlib
 import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -272,3 +274,18 @@ def test_default_mode_takes_a_full_search_result(monkeypatch):
     assert deployed.chosen_config not in deployed.candidates
     assert autotuner.stats.cache_hits == 1
     autotuner.forget_all()
+
+
+def test_compile_bench_counts_a_models_compilations():
+    """scripts/compile_bench.py generates a model's CUDA kernels on the CPU: two identical
+    transformer blocks need fewer unique kernels than launches, and fewer compilations."""
+    script = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "compile_bench.py"
+    proc = subprocess.run([sys.executable, str(script), "--model", "block", "--layers", "2", "--batch", "1",
+                           "--seq", "8", "--dtype", "float32", "--count-only"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    launches, definitions, unique = map(int, re.search(
+        r"kernels: (\d+) launches in the graphs, (\d+) definitions .*?, (\d+) unique", proc.stdout).groups())
+    before = int(re.search(r"compilations before: +(\d+)", proc.stdout).group(1))
+    after = int(re.search(r"compilations after: +(\d+)", proc.stdout).group(1))
+    assert unique <= definitions < launches and after < before

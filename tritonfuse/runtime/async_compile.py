@@ -226,8 +226,13 @@ class CompilePool:
                 worker = None
                 if self.processes:
                     from .compile_workers import WorkerProcess
-                    worker = WorkerProcess()
-                    self._worker_processes.append(worker)
+                    try:
+                        worker = WorkerProcess()
+                        self._worker_processes.append(worker)
+                    except OSError as error:   # no interpreter to start: threads only
+                        log.warning("tritonfuse: cannot start a compile worker process (%s); "
+                                    "compiling in threads", error)
+                        self.processes = False
                 threading.Thread(target=self._serve, args=(worker,), name=f"tritonfuse-compile-{i}",
                                  daemon=True).start()
 

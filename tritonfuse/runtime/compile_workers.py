@@ -42,11 +42,16 @@ def _write_frame(stream, obj: Any) -> None:
     stream.flush()
 
 
+_MAX_FRAME = 1 << 24   # anything longer is not one of our messages
+
+
 def _read_frame(stream) -> Any:
     header = stream.read(4)
     if len(header) < 4:
         raise EOFError
     (size,) = struct.unpack("<I", header)
+    if size > _MAX_FRAME:
+        raise ValueError(f"not a compile worker message ({size} bytes announced)")
     data = stream.read(size)
     if len(data) < size:
         raise EOFError
