@@ -168,11 +168,10 @@ def unpruned_candidates(kernel):
 def jobs_before(record: Definitions) -> list[tuple]:
     """(name, source, config, argspec): every occurrence, each under its own name."""
     from tritonfuse.runtime.async_compile import ArgSpec
-    from tritonfuse.runtime.heuristics import NUMEL_ARGS
     jobs = []
     for i, (kernel, _, _) in enumerate(record.made):
         name = f"{kernel.prefix}_{i}"
-        argspec = ArgSpec.aligned(kernel.pointer_dtypes, [kernel.numels[a] for a in NUMEL_ARGS[kernel.kind]])
+        argspec = ArgSpec.aligned(kernel.pointer_dtypes, kernel.example_scalars)
         jobs += [(name, kernel.source(name), cfg, argspec) for cfg in unpruned_candidates(kernel)]
     return jobs
 
@@ -181,11 +180,10 @@ def kernels_after(record: Definitions) -> list[tuple]:
     """(KernelSource, configs, argspec) of each kernel definition, in order (the pool
     dedupes identical ones across graphs by their source)."""
     from tritonfuse.runtime.async_compile import ArgSpec, KernelSource
-    from tritonfuse.runtime.heuristics import NUMEL_ARGS
     out = []
     for kernel, name, new in record.made:
         if new:
-            argspec = ArgSpec.aligned(kernel.pointer_dtypes, [kernel.numels[a] for a in NUMEL_ARGS[kernel.kind]])
+            argspec = ArgSpec.aligned(kernel.pointer_dtypes, kernel.example_scalars)
             out.append((KernelSource(name, kernel.source(name)), kernel.configs, argspec))
     return out
 

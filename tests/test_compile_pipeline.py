@@ -116,16 +116,41 @@ def test_launch_uses_the_pool_binaries(fresh_pool):
 
 def test_argspec_matches_what_the_binary_assumes():
     spec = ArgSpec.aligned([torch.float32, torch.float16], [4096, 1])
-    assert spec.args == (Pointer(torch.float32, True), Pointer(torch.float16, True), 4096, 1)
+    assert spec.args == (Pointer(torch.float32, True), Pointer(torch.float16, True), 16, 1)
     x = torch.zeros(64)
     assert spec.matches([x, x.half(), 4096, 1])
+    assert spec.matches([x, x.half(), 48, 1])                 # another size of the class
     assert not spec.matches([x[1:], x.half(), 4096, 1])      # 4-byte aligned only
     assert not spec.matches([x, x, 4096, 1])                  # another dtype
-    assert not spec.matches([x, x.half(), 4097, 1])           # another size
+    assert not spec.matches([x, x.half(), 4097, 1])           # not divisible by 16
+    assert not spec.matches([x, x.half(), 4096, 2])           # 1 is compiled in as a constant
+    assert not spec.matches([x, x.half(), 1 << 36, 1])        # a 64-bit integer
     assert not spec.matches([x, x.half(), 4096])
     loose = ArgSpec.of_args([x[1:], x.half(), 7])
-    assert loose.args == (Pointer(torch.float32, False), Pointer(torch.float16, True), 7)
-    assert loose.matches([x[3:], x.half(), 7]) and loose.matches([x, x.half(), 7])
+    assert loose.args == (Pointer(torch.float32, False), Pointer(torch.float16, True), 17)
+    assert loose.matches([x[3:], x.half(), 9]) and loose.matches([x, x.half(), 7])
+
+
+SCALARS = [0, 1, 2, 15, 16, 17, 48, 4097, -1, -16, (1 << 31) - 16, (1 << 31) - 1, 1 << 31, (1 << 31) + 1,
+           -(1 << 31), -(1 << 31) - 1, 1 << 40, (1 << 40) + 3, (1 << 63) - 16, 1 << 63, (1 << 63) + 5, 0.5, -3.0]
+
+
+def test_scalar_classes_are_the_jits_specializations():
+    """Values of one scalar_class are exactly the values Triton's JIT specializes alike,
+    and the class's representative specializes as they do (this triton's own function)."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.compiler import make_backend
+    backend = make_backend(sm90())
+
+    def specialization(value):
+        return native_specialize_impl(backend, value, False, True, True)
+
+    for value in SCALARS:
+        assert specialization(async_compile.scalar_class(value)) == specialization(value), value
+    for a in SCALARS:
+        for b in SCALARS:
+            same_class = async_compile.scalar_class(a) == async_compile.scalar_class(b)
+            assert same_class == (specialization(a) == specialization(b)), (a, b)
 
 
 def test_identical_kernels_compile_once_offline(fresh_pool):

@@ -33,7 +33,7 @@ def _sort_of_a_reused_value(x):
 
 def test_fallback_output_layout_follows_its_actual_inputs(device):
     x = rand(16, 24, device=device)
-    check(_sort_of_a_reused_value, x)
+    check(_sort_of_a_reused_value, x, atol=1e-4, rtol=1e-4)   # y.sum(): 384 terms, any order
 
 
 def test_sdpa_on_a_value_held_in_another_layout(device):

@@ -6,6 +6,7 @@ reason and recorded in ``tritonfuse.metrics.fallbacks``.
 """
 import logging
 import operator
+import threading
 
 import sympy
 import torch
@@ -26,12 +27,15 @@ from .patterns import match_online_softmax_sum
 log = logging.getLogger("tritonfuse")
 aten = torch.ops.aten
 _logged_fallbacks = set()
-_current = None
+# The graph each thread is lowering (compiles are serialized by compile_lock.py; a
+# thread-local keeps one thread's lowering from ever registering into another's graph).
+_lowering = threading.local()
 
 
 def current_graph() -> "GraphLowering":
-    assert _current is not None, "no graph is being lowered"
-    return _current
+    graph = getattr(_lowering, "graph", None)
+    assert graph is not None, "no graph is being lowered"
+    return graph
 
 
 class GraphLowering(torch.fx.Interpreter):
@@ -50,6 +54,10 @@ class GraphLowering(torch.fx.Interpreter):
         self.current_node = None
         self.lowered = {}            # fx node -> its lowered value (for graph-level rewrites)
         self._placeholder_index = 0
+        self.sizevars = sym.current_sizevars()
+        # size symbol -> how the generated code reads it ("arg0", "arg2.size(1)"), or None
+        # for a symbol a fallback produces (``.item()``): bound where that fallback runs
+        self.symbol_sources = {}
 
     # ---- names and registration -----------------------------------------------------
     def register_buffer(self, buffer: Buffer) -> str:
@@ -65,28 +73,36 @@ class GraphLowering(torch.fx.Interpreter):
 
     # ---- fx.Interpreter hooks -------------------------------------------------------
     def run(self, *args):
-        global _current
-        previous, _current = _current, self
+        previous, _lowering.graph = getattr(_lowering, "graph", None), self
         try:
             return super().run(*args)
         finally:
-            _current = previous
+            _lowering.graph = previous
 
     def placeholder(self, target, args, kwargs):
         example = self.example_inputs[self._placeholder_index]
         self._placeholder_index += 1
-        if not isinstance(example, torch.Tensor):
-            if self.current_node.users:
-                raise Unsupported(f"non-tensor graph input {type(example).__name__}")
-            # a size the graph was specialized to (backend.py, dynamic shapes): passed, unused
-            name = f"unused_arg{len(self.input_order)}"
-            self.input_order.append(name)
-            return example
         name = f"arg{len(self.input_order)}"
-        buffer = self._make_input(name, example)
-        self.graph_inputs[name] = buffer
         self.input_order.append(name)
-        return TensorBox(StorageBox(buffer))
+        if isinstance(example, torch.Tensor):
+            buffer = self._make_input(name, example)
+            self.graph_inputs[name] = buffer
+            return TensorBox(StorageBox(buffer))
+        if isinstance(example, (torch.SymInt, torch.SymFloat, int, float)) and not isinstance(example, bool):
+            expr = sym.sint(example) if not isinstance(example, float) else sympy.Float(example)
+            self._bind(expr, name)
+            return expr     # a size (or scalar) passed as an argument: a sympy expression
+        if self.current_node.users:
+            raise Unsupported(f"non-tensor graph input {type(example).__name__}")
+        return example
+
+    def _bind(self, expr, source):
+        """Generated code reads the size symbol ``expr`` from ``source`` (if not bound yet)."""
+        if isinstance(expr, sympy.Symbol) and sym.is_size_symbol(expr):
+            self.symbol_sources.setdefault(expr, source)
+
+    def unbound_symbols(self, expr) -> set:
+        return sym.size_symbols(expr) - set(self.symbol_sources)
 
     def get_attr(self, target, args, kwargs):
         value = getattr(self.module, target)
@@ -98,9 +114,11 @@ class GraphLowering(torch.fx.Interpreter):
         return TensorBox(StorageBox(buffer))
 
     def _make_input(self, name, tensor):
-        layout = Layout(tensor.device, tensor.dtype, [sympy.Integer(s) for s in tensor.shape],
-                        [sympy.Integer(s) for s in tensor.stride()])
-        buffer = InputBuffer(name, layout)
+        size, stride = sym.sizes_of(tensor.shape), sym.sizes_of(tensor.stride())
+        for d, (length, step) in enumerate(zip(size, stride)):
+            self._bind(length, f"{name}.size({d})")
+            self._bind(step, f"{name}.stride({d})")
+        buffer = InputBuffer(name, Layout(tensor.device, tensor.dtype, size, stride))
         buffer.storage_offset = tensor.storage_offset()
         self.name_to_buffer[name] = buffer
         return buffer
@@ -108,6 +126,9 @@ class GraphLowering(torch.fx.Interpreter):
     def call_function(self, target, args, kwargs):
         if target is operator.getitem:
             return args[0][args[1]]
+        scalar = self._symbolic_scalar(self.current_node)
+        if scalar is not None:
+            return scalar
         rewritten = self._rewrite(self.current_node)
         if rewritten is not None:
             return rewritten
@@ -121,6 +142,15 @@ class GraphLowering(torch.fx.Interpreter):
             except Unsupported as error:
                 reason = str(error)
         return self.make_fallback(target, args, kwargs, reason)
+
+    def _symbolic_scalar(self, node):
+        """The value of a node that computes a size or scalar (``sym_size``, ``s0 * 4``):
+        the expression Dynamo recorded, when every symbol in it is known here."""
+        meta = node.meta.get("val")
+        if isinstance(meta, bool) or not isinstance(meta, (int, float, torch.SymInt, torch.SymFloat)):
+            return None
+        expr = sympy.Float(meta) if isinstance(meta, float) else sym.sint(meta)
+        return expr if not self.unbound_symbols(expr) else None
 
     def _rewrite(self, node):
         """Graph-level rewrites the backend of the node's device asks for (patterns.py)."""
@@ -172,10 +202,10 @@ class GraphLowering(torch.fx.Interpreter):
         for node, value in self.lowered.items():
             meta = node.meta.get("val")
             if storage_of(value) is box and isinstance(meta, torch.Tensor) \
-                    and _is_dense(list(meta.shape), list(meta.stride())) \
-                    and [sym.to_int(s) for s in box.get_size()] == list(meta.shape):
-                return Layout(box.get_device(), box.get_dtype(), [sympy.Integer(s) for s in meta.shape],
-                              [sympy.Integer(s) for s in meta.stride()])
+                    and _is_dense(sym.sizes_of(meta.shape), sym.sizes_of(meta.stride())) \
+                    and sym.same_sizes(box.get_size(), sym.sizes_of(meta.shape)):
+                return Layout(box.get_device(), box.get_dtype(), sym.sizes_of(meta.shape),
+                              sym.sizes_of(meta.stride()))
         return None
 
     # ---- realization rules ----------------------------------------------------------
@@ -197,7 +227,7 @@ class GraphLowering(torch.fx.Interpreter):
         next graph, e.g. the backward reading a saved tensor, was traced with them)."""
         if value is None or not isinstance(value, TensorBox):
             return value
-        want = (list(meta.shape), list(meta.stride())) if isinstance(meta, torch.Tensor) else None
+        want = (sym.sizes_of(meta.shape), sym.sizes_of(meta.stride())) if isinstance(meta, torch.Tensor) else None
         box = storage_of(value)
         if box is not None and not box.is_realized():
             found = realize_with_strides(value, *want) if want is not None else None
@@ -208,7 +238,8 @@ class GraphLowering(torch.fx.Interpreter):
             if found is not None:
                 value = TensorBox(ReinterpretView(*found))
         layout = strided_layout_of(value)
-        if layout is not None and (want is None or same_strides(layout, *want) or sym.to_int(layout.numel()) <= 1):
+        if layout is not None and (want is None or same_strides(layout, *want)
+                                   or (sym.is_static(layout.numel()) and sym.to_int(layout.numel()) <= 1)):
             return as_strided_buffer(value)
         # a view with other strides than eager's: copy it into eager's layout
         found = realize_with_strides(value, *want)
@@ -280,9 +311,14 @@ class GraphLowering(torch.fx.Interpreter):
         return found
 
     def _fallback_outputs(self, kernel, meta, path):
+        if isinstance(meta, (torch.SymInt, torch.SymFloat)):   # e.g. .item(): a runtime scalar
+            expr = sym.sint(meta)
+            if isinstance(expr, sympy.Symbol) and self.unbound_symbols(expr):
+                self.symbol_sources[expr] = None
+                kernel.scalar_outputs.append((expr, path))
+            return expr
         if isinstance(meta, torch.Tensor):
-            layout = Layout(meta.device, meta.dtype, [sympy.Integer(s) for s in meta.shape],
-                            [sympy.Integer(s) for s in meta.stride()])
+            layout = Layout(meta.device, meta.dtype, sym.sizes_of(meta.shape), sym.sizes_of(meta.stride()))
             output = FallbackOutput(name=None, layout=layout, kernel=kernel, path=path)
             self.register_buffer(output)
             kernel.outputs.append(output)
@@ -349,12 +385,12 @@ def _view_base(value):
 
 def _is_dense(size, stride):
     """True when the strides describe a non-overlapping, gap-free permutation of dims."""
-    pairs = sorted((st, sz) for sz, st in zip(size, stride) if sz != 1)
-    expected = 1
-    for st, sz in pairs:
-        if st != expected:
+    pairs = sorted(((sym.hint(st), st, sz) for sz, st in zip(size, stride) if sz != 1), key=lambda p: p[0])
+    expected = sympy.Integer(1)
+    for _, st, sz in pairs:
+        if not sym.same_size(st, expected):
             return False
-        expected *= sz
+        expected = expected * sz
     return True
 
 

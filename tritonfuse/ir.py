@@ -44,17 +44,20 @@ class Layout:
     def numel(self) -> sympy.Expr:
         return sym.product(self.size)
 
-    def storage_size(self) -> int:
+    def storage_size(self) -> sympy.Expr:
         """Elements of storage the layout touches (offset included)."""
         if any(s == 0 for s in self.size):
-            return 0
-        return sym.to_int(self.offset + sum((s - 1) * st for s, st in zip(self.size, self.stride)) + 1)
+            return sympy.Integer(0)
+        return sympy.expand(self.offset + sum((s - 1) * st for s, st in zip(self.size, self.stride)) + 1)
 
     def int_size(self):
         return tuple(sym.to_int(s) for s in self.size)
 
     def int_stride(self):
         return tuple(sym.to_int(s) for s in self.stride)
+
+    def is_static(self) -> bool:
+        return all(sym.is_static(v) for v in (*self.size, *self.stride, self.offset))
 
 
 class IRNode:
@@ -171,6 +174,7 @@ class FallbackKernel:
     kwargs: dict
     outputs: list = field(default_factory=list)   # FallbackOutput, in result order
     reason: str = ""
+    scalar_outputs: list = field(default_factory=list)   # (size symbol, path): scalars it returns
 
     def input_buffers(self):
         found = []
@@ -373,9 +377,11 @@ def as_strided_buffer(value: IRNode):
 def is_non_overlapping(size, stride) -> bool:
     """True when no two positions of a tensor of ``size`` share memory under ``stride``
     (gaps allowed: a slice of a bigger buffer). Sufficient test: with dims sorted by
-    stride, each stride steps past everything the smaller dims reach."""
+    stride, each stride steps past everything the smaller dims reach (judged on the
+    example sizes when they are symbolic)."""
     reach = 0
-    for st, sz in sorted((sym.to_int(st), sym.to_int(sz)) for sz, st in zip(size, stride) if sym.to_int(sz) != 1):
+    dims = [(sym.hint(st), sym.hint(sz)) for sz, st in zip(size, stride) if sym.sint(sz) != 1]
+    for st, sz in sorted(dims):
         if st <= reach:
             return False
         reach += st * (sz - 1)
@@ -413,10 +419,10 @@ def realize_with_strides(value: IRNode, size, stride):
 
 def same_strides(layout: Layout, size, stride) -> bool:
     """``layout`` has these sizes and, on every dim longer than 1, these strides."""
-    if list(layout.int_size()) != [int(s) for s in size]:
+    size, stride = sym.sizes_of(size), sym.sizes_of(stride)
+    if not sym.same_sizes(layout.size, size):
         return False
-    return all(int(sz) == 1 or have == int(want)
-               for sz, have, want in zip(size, layout.int_stride(), stride))
+    return all(sz == 1 or sym.same_size(have, want) for sz, have, want in zip(size, layout.stride, stride))
 
 
 def strided_layout_of(value: IRNode) -> Optional[Layout]:

@@ -6,15 +6,17 @@ frees each buffer after its last use and returns the outputs with eager's layout
 """
 import math
 
+import sympy
 import torch
 
-from .. import metrics, sym
+from .. import metrics
 from ..ir import Buffer, ReinterpretView
-from .common import IndentedBuffer
+from ..runtime.heuristics import Config
+from .common import IndentedBuffer, pexpr
 
 
 def _shape(values):
-    return "(" + "".join(f"{v}, " for v in values) + ")"
+    return "(" + "".join(f"{pexpr(v)}, " for v in values) + ")"
 
 
 def py_literal(value) -> str:
@@ -23,8 +25,8 @@ def py_literal(value) -> str:
         return value.name
     if isinstance(value, ReinterpretView):
         layout = value.layout
-        return (f"reinterpret_tensor({value.buffer.name}, {_shape(layout.int_size())}, "
-                f"{_shape(layout.int_stride())}, {sym.to_int(layout.offset)})")
+        return (f"reinterpret_tensor({value.buffer.name}, {_shape(layout.size)}, "
+                f"{_shape(layout.stride)}, {pexpr(layout.offset)})")
     if isinstance(value, (list, tuple)):
         inner = ", ".join(py_literal(v) for v in value)
         return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
@@ -40,7 +42,21 @@ def py_literal(value) -> str:
         return str(value)
     if isinstance(value, (bool, int, str)) or value is None:
         return repr(value)
+    if isinstance(value, sympy.Basic):
+        return pexpr(value)
     raise NotImplementedError(f"cannot pass {type(value).__name__} to a fallback")
+
+
+def _launcher_literal(value) -> str:
+    """Python source for a launcher argument: launch configs, dtypes, plain values."""
+    if isinstance(value, Config):
+        return f"Config.from_dict({value.to_dict()!r})"
+    if isinstance(value, torch.dtype):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        inner = "".join(f"{_launcher_literal(v)}, " for v in value)
+        return f"[{inner.rstrip(', ')}]" if isinstance(value, list) else f"({inner})"
+    return repr(value)
 
 
 class WrapperCodeGen:
@@ -83,27 +99,31 @@ class WrapperCodeGen:
 
     def define_triton_kernel(self, kernel):
         """(name, new) for a rendered `TritonKernelDefinition`; the first of its kind gets
-        a TritonLauncher in the module's kernel section."""
+        a launcher in the module's kernel section."""
         name, new = self.define_kernel_once(kernel.identity(), kernel.prefix, kernel.origins)
         if not new:
             return name, False
-        source = kernel.source(name)
-        self.add_kernel_source(source, name)
-        configs_text = ", ".join(f"Config.from_dict({c.to_dict()!r})" for c in kernel.configs)
-        dtypes_text = "".join(f"{dtype}, " for dtype in kernel.pointer_dtypes)
-        self.kernel_defs.writeline(f"{name} = TritonLauncher(")
+        arguments = kernel.launcher_arguments(name)
+        self.add_kernel_source(arguments["source"], name)
+        if "persistent_source" in arguments:   # the form for rows that fit in registers
+            self.add_kernel_source(arguments["persistent_source"], f"{name}_persistent")
+        self.kernel_defs.writeline(f"{name} = {kernel.launcher_class}(")
         with self.kernel_defs.indent():
-            self.kernel_defs.writeline(f"name={name!r}, kind={kernel.kind!r}, numels={kernel.numels!r}, "
-                                       f"mutated_arg_indices={kernel.mutated!r}, device_type={kernel.device_type!r},")
-            self.kernel_defs.writeline(f"reduction_hint={kernel.hint!r}, configs=[{configs_text}],")
-            self.kernel_defs.writeline(f"pointer_dtypes=({dtypes_text}), device_index={kernel.device_index!r},")
-            self.kernel_defs.writeline("source='''")
-        for line in source.rstrip().splitlines():
-            self.kernel_defs.lines.append(line.replace("\\", "\\\\").replace("'''", "\\'\\'\\'"))
-        self.kernel_defs.lines.append("''')")
+            for key, value in arguments.items():
+                if key.endswith("source"):
+                    self.kernel_defs.writeline(f"{key}='''")
+                    self._source_lines(value)
+                    self.kernel_defs.lines.append("''',")
+                else:
+                    self.kernel_defs.writeline(f"{key}={_launcher_literal(value)},")
+        self.kernel_defs.writeline(")")
         self.kernel_defs.writeline("")
         self.module_imports.add("triton")
         return name, True
+
+    def _source_lines(self, source):
+        for line in source.rstrip().splitlines():
+            self.kernel_defs.lines.append(line.replace("\\", "\\\\").replace("'''", "\\'\\'\\'"))
 
     def define_raw(self, text: str):
         """Module-level code a backend needs (e.g. a loaded C++ library)."""
@@ -114,7 +134,7 @@ class WrapperCodeGen:
             return
         self.allocated.add(buffer.name)
         layout = buffer.layout
-        size, stride = _shape(layout.int_size()), _shape(layout.int_stride())
+        size, stride = _shape(layout.size), _shape(layout.stride)
         if layout.device.type == "cpu":
             self.writeline(f"{buffer.name} = empty_strided_cpu({size}, {stride}, {layout.dtype})")
         else:
@@ -133,16 +153,18 @@ class WrapperCodeGen:
         kwargs = ", ".join(f"{k}={py_literal(v)}" for k, v in kernel.kwargs.items())
         call = f"torch.ops.{kernel.op}({', '.join(p for p in (args, kwargs) if p)})"
         self.writeline(f"# fallback: {kernel.op} ({kernel.reason})")
-        if not kernel.outputs:
+        results = [(out.name, out.path) for out in kernel.outputs] + \
+                  [(str(symbol), path) for symbol, path in kernel.scalar_outputs]
+        if not results:
             self.writeline(call)
             return
-        if len(kernel.outputs) == 1 and kernel.outputs[0].path == ():
-            self.writeline(f"{kernel.outputs[0].name} = {call}")
+        if len(results) == 1 and results[0][1] == ():
+            self.writeline(f"{results[0][0]} = {call}")
         else:
             self.writeline(f"{kernel.name}_result = {call}")
-            for out in kernel.outputs:
-                picks = "".join(f"[{i}]" for i in out.path)
-                self.writeline(f"{out.name} = {kernel.name}_result{picks}")
+            for name, path in results:
+                picks = "".join(f"[{i}]" for i in path)
+                self.writeline(f"{name} = {kernel.name}_result{picks}")
             self.writeline(f"del {kernel.name}_result")
         for out in kernel.outputs:
             self.allocated.add(out.name)
@@ -161,6 +183,7 @@ class WrapperCodeGen:
                        "reinterpret_tensor")
         if "triton" in self.module_imports:
             code.writeline("from tritonfuse.runtime.heuristics import Config")
+            code.writeline("from tritonfuse.runtime.dynamic_launcher import DynamicTritonLauncher")
             code.writeline("from tritonfuse.runtime.triton_launcher import TritonLauncher")
         code.writeline("")
         code.splice(self.kernel_defs)
@@ -171,10 +194,12 @@ class WrapperCodeGen:
             if names:
                 code.writeline(f"{', '.join(names)}, = args")
             code.writeline("args.clear()")
+            for symbol, source in sorted(graph.symbol_sources.items(), key=lambda item: item[0].name):
+                if source is not None and source != symbol.name:
+                    code.writeline(f"{symbol} = {source}")
             for name in (n for n in names if n in graph.graph_inputs):
                 layout = graph.graph_inputs[name].layout
-                code.writeline(f"{name} = ensure_layout({name}, {_shape(layout.int_size())}, "
-                               f"{_shape(layout.int_stride())})")
+                code.writeline(f"{name} = ensure_layout({name}, {_shape(layout.size)}, {_shape(layout.stride)})")
             for name in graph.constants:
                 code.writeline(f"{name} = CONSTANTS[{name!r}]")
         code.splice(self.body)

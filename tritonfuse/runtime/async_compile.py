@@ -23,9 +23,15 @@ backward graph, is compiled once per process whatever each copy is named.
 
 The argument specialization is Triton's own (the function its JIT applies at a launch),
 computed from stand-ins that `ArgSpec` describes: each pointer's dtype and whether it is
-16-byte aligned, each integer's value. A launch may use the binary only for arguments
-that `ArgSpec.matches`; the launcher checks that at every call and otherwise takes the
-JIT's general path, which specializes on what it gets.
+16-byte aligned, each integer's class (1, or its type and whether 16 divides it: one
+binary serves every size of a class). A launch may use the binary only for arguments
+that `ArgSpec.matches`; the launchers check that at every call.
+
+Compiles in threads of one process parse kernels with Python's `ast` module, whose
+C-level recursion counter CPython (3.11, 3.12) shares between threads: two parses at once
+can fail with "SystemError: AST constructor recursion depth mismatch". Triton parses
+through `JITFunction.parse` only, so the pool makes that take a process-wide lock
+(`_serialize_kernel_parsing`); parsing is a small part of a compile.
 """
 from __future__ import annotations
 
@@ -42,7 +48,7 @@ from typing import Any, Callable, Sequence
 
 from .. import config as tf_config
 from .. import metrics
-from .heuristics import NUMEL_ARGS, Config
+from .heuristics import Config
 
 log = logging.getLogger("tritonfuse.compile")
 
@@ -73,22 +79,44 @@ class Pointer:
         return 0 if self.aligned else 8
 
 
+_I32, _I64 = 1 << 31, 1 << 63
+
+
+def scalar_class(value: Any) -> Any:
+    """A representative of the values that Triton's JIT specializes like `value` (one
+    binary serves them all): 1 (a constant), else by type (i32, i64, u64) and whether
+    divisible by 16; any float. The same on triton 3.6 and 3.9."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    if isinstance(value, float):
+        return 0.5
+    if value == 1:
+        return 1
+    odd = 1 if value % 16 else 0
+    if -_I32 <= value < _I32:
+        return 16 + odd
+    if -_I64 <= value < _I64:
+        return (1 << 32) + odd
+    return _I64 + odd
+
+
 @dataclasses.dataclass(frozen=True)
 class ArgSpec:
     """run()'s arguments as a compiled binary sees them, in order: a `Pointer` for each
-    tensor, the value of each integer (Triton specializes on divisibility by 16 and on 1)."""
+    tensor, the `scalar_class` of each number."""
 
     args: tuple
 
     @classmethod
-    def aligned(cls, dtypes: Sequence[Any], scalars: Sequence[int]) -> "ArgSpec":
-        """What generated code passes: tensors of `dtypes` (aligned), then its numels."""
-        return cls(tuple(Pointer(dtype, True) for dtype in dtypes) + tuple(int(s) for s in scalars))
+    def aligned(cls, dtypes: Sequence[Any], scalars: Sequence[Any]) -> "ArgSpec":
+        """What generated code passes: tensors of `dtypes` (aligned), then `scalars`
+        (sizes, numels)."""
+        return cls(tuple(Pointer(dtype, True) for dtype in dtypes) + tuple(scalar_class(s) for s in scalars))
 
     @classmethod
     def of_args(cls, args: Sequence[Any]) -> "ArgSpec":
         """The spec of actual run() arguments."""
-        return cls(tuple(Pointer(a.dtype, a.data_ptr() % 16 == 0) if hasattr(a, "data_ptr") else a
+        return cls(tuple(Pointer(a.dtype, a.data_ptr() % 16 == 0) if hasattr(a, "data_ptr") else scalar_class(a)
                          for a in args))
 
     def pointers(self) -> list[tuple[int, Any, bool]]:
@@ -96,7 +124,7 @@ class ArgSpec:
         return [(i, a.dtype, a.aligned) for i, a in enumerate(self.args) if isinstance(a, Pointer)]
 
     def scalars(self) -> list[tuple[int, Any]]:
-        """(position, value) of each other argument."""
+        """(position, class) of each other argument."""
         return [(i, a) for i, a in enumerate(self.args) if not isinstance(a, Pointer)]
 
     def matches(self, args: Sequence[Any]) -> bool:
@@ -107,7 +135,7 @@ class ArgSpec:
             if isinstance(spec, Pointer):
                 if getattr(arg, "dtype", None) is not spec.dtype or (spec.aligned and arg.data_ptr() % 16):
                     return False
-            elif hasattr(arg, "data_ptr") or arg != spec:
+            elif hasattr(arg, "data_ptr") or scalar_class(arg) != spec:
                 return False
         return True
 
@@ -144,6 +172,26 @@ def compile_kernel(fn, config: Config, argspec: ArgSpec, target):
     source = ASTSource(fn, signature, constexprs, attrs)
     options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
     return triton.compile(source, target=target, options=options)
+
+
+_parse_lock = threading.RLock()
+
+
+def _serialize_kernel_parsing() -> None:
+    """Make Triton's `JITFunction.parse` (every kernel and library function it compiles)
+    take `_parse_lock`, once per process: see the module docstring."""
+    from triton.runtime.jit import JITFunction
+    parse = JITFunction.parse
+    if getattr(parse, "tritonfuse_serialized", False):
+        return
+
+    @functools.wraps(parse)
+    def serialized_parse(self):
+        with _parse_lock:
+            return parse(self)
+
+    serialized_parse.tritonfuse_serialized = True
+    JITFunction.parse = serialized_parse
 
 
 # --- the pool ---------------------------------------------------------------------------
@@ -206,7 +254,7 @@ class CompilePool:
                     future = self._jobs[job_key] = concurrent.futures.Future()
                     new.append((future, kernel, cfg, argspec, target))
                 futures[cfg] = future
-        metrics.triton_compilations += len(new)
+        metrics.add("triton_compilations", len(new))
         if new and self.workers > 0:
             self.start()
         for job in new:
@@ -247,6 +295,7 @@ class CompilePool:
         if not future.set_running_or_notify_cancel():
             return
         try:
+            _serialize_kernel_parsing()
             from .triton_launcher import load_kernel
             kernel_dir = self._kernel_dir()
             fn = load_kernel(kernel.name, kernel.source, kernel_dir)
@@ -312,12 +361,7 @@ def submit(kernel: KernelSource, configs: Sequence[Config], argspec: ArgSpec, ta
     return pool().submit(kernel, configs, argspec, target, device_index)
 
 
-def precompile(name: str, source: str, kind: str, numels: dict[str, int], configs: Sequence[Config],
-               pointer_dtypes: Sequence[Any], device_index: int):
-    """Start compiling a generated kernel for the arguments generated code passes it:
-    tensors of `pointer_dtypes` at aligned addresses, then its numels.
-    Returns (that ArgSpec, {Config: Future}, whether all were compiled or compiling)."""
-    argspec = ArgSpec.aligned(pointer_dtypes, [numels[axis] for axis in NUMEL_ARGS[kind]])
-    futures, existed = submit(KernelSource(name, source), configs, argspec, cuda_target(device_index),
-                              device_index)
-    return argspec, futures, existed
+def precompile(name: str, source: str, configs: Sequence[Config], argspec: ArgSpec, device_index: int):
+    """Start compiling a generated kernel's `configs` for launches matching `argspec` on
+    CUDA device `device_index`: ({Config: Future}, whether all were compiled or compiling)."""
+    return submit(KernelSource(name, source), configs, argspec, cuda_target(device_index), device_index)

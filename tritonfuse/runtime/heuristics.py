@@ -163,12 +163,15 @@ def candidate_configs(kind: str, numels: dict[str, int], mode: str = "default",
 
 
 def size_key(kind: str, numels: dict[str, int]) -> tuple:
-    """The sizes a kernel's launch config is chosen (and its tuning result kept) for.
-
-    The one place that says which sizes count as the same: today exact numels; with
-    sizes known only at launch, a bucket such as next_power_of_2 of each would go here.
-    """
+    """The sizes a kernel of static sizes has its launch config chosen (and its tuning
+    result kept) for: exactly its numels."""
     return (kind,) + tuple((axis, int(numels[axis])) for axis in NUMEL_ARGS[kind])
+
+
+def size_bucket(kind: str, numels: dict[str, int]) -> tuple:
+    """The same for a kernel of symbolic sizes: its launches are grouped in buckets of
+    each numel's next power of two, and each bucket is tuned once."""
+    return (kind,) + tuple((axis, next_power_of_2(int(numels[axis]))) for axis in NUMEL_ARGS[kind])
 
 
 def _dedupe(configs: list[Config]) -> list[Config]:

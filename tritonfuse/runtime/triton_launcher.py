@@ -28,12 +28,19 @@ import triton
 
 from .. import config as tf_config
 from . import async_compile, autotuner
-from .heuristics import MAX_GRID_YZ, Config, candidate_configs, size_key
+from .direct_launch import make_direct_launch
+from .heuristics import MAX_GRID_YZ, NUMEL_ARGS, Config, candidate_configs, size_key
 
 log = logging.getLogger("tritonfuse.autotune")
 
 _modules_lock = threading.Lock()
 _loaded_kernels: dict[tuple[str, str], Any] = {}   # (source sha, name) -> JIT function
+
+# First runs (load, Triton compile, config choice, benchmarks) take turns, process-wide:
+# candidates benchmarked by two threads at once on one GPU time each other, not themselves
+# (and those timings are stored), and Triton's compiler parses Python ASTs, whose C-level
+# state CPython shares between threads. Later runs take no lock.
+first_runs = threading.RLock()
 
 
 # --- loading ------------------------------------------------------------------------------
@@ -196,10 +203,13 @@ class TritonLauncher:
     # compile pool); False: through JITFunction dispatch, which compiles at launch.
     fast_launch = True
 
-    def __init__(self, name: str, source: str, kind: str, numels: dict[str, int],
+    def __init__(self, name: str, source: str, kind: str, numels: dict[str, int] | None,
                  mutated_arg_indices: Sequence[int] = (), device_type: str = "cuda",
                  configs: Sequence[Config] | None = None, *, reduction_hint: str | None = None,
-                 pointer_dtypes: Sequence[Any] | None = None, device_index: int | None = None):
+                 pointer_dtypes: Sequence[Any] | None = None, device_index: int | None = None,
+                 example_scalars: Sequence[Any] | None = None):
+        if numels is None:   # symbolic sizes: one launcher per size bucket (DynamicTritonLauncher)
+            raise TypeError("TritonLauncher needs static numels; use DynamicTritonLauncher")
         self.name = name
         self.source = source
         self.kind = kind
@@ -211,20 +221,27 @@ class TritonLauncher:
         self._candidates: list[Config] | None = None
         self.chosen_config: Config | None = None
         self.timings_ms: dict[str, float] | None = None
-        self._lock = threading.Lock()
         self._fn = None              # JITFunction, or InterpretedFunction for the interpreter
         self._interpreted = False
         # (ArgSpec, device index, {Config: Future of a CompiledKernel}) from the pool
         self._binaries: tuple | None = None
+        self.precompiled = False     # whether every binary compiled ahead existed already
         if (device_type == "cuda" and self.fast_launch and configs is not None
                 and pointer_dtypes is not None and device_index is not None):
-            argspec, futures, _ = async_compile.precompile(name, source, kind, self.numels,
-                                                           self._explicit_configs, pointer_dtypes, device_index)
+            scalars = example_scalars if example_scalars is not None else \
+                [self.numels[axis] for axis in NUMEL_ARGS[kind]]
+            argspec = async_compile.ArgSpec.aligned(pointer_dtypes, scalars)
+            futures, self.precompiled = async_compile.precompile(name, source, self._explicit_configs, argspec,
+                                                                 device_index)
             self._binaries = (argspec, device_index, futures)
 
     def __repr__(self) -> str:
         return (f"TritonLauncher({self.name}, {self.kind}, {self.numels}, "
                 f"device={self.device_type}, config={self.chosen_config})")
+
+    def tuning_sizes(self) -> tuple:
+        """The sizes a tuning result of this launcher is kept for (heuristics.size_key)."""
+        return size_key(self.kind, self.numels)
 
     @property
     def candidates(self) -> list[Config]:
@@ -238,19 +255,22 @@ class TritonLauncher:
 
     # -- grid and launches -----------------------------------------------------------------
 
-    def grid(self, cfg: Config) -> tuple[int, int, int]:
-        """(cdiv(x, XBLOCK), cdiv(y, YBLOCK) or 1, 1): x always on axis 0 (no 65535 limit)."""
-        x_programs = triton.cdiv(self.numels["x"], cfg.kwargs.get("XBLOCK", 1))
-        y_programs = triton.cdiv(self.numels["y"], cfg.kwargs["YBLOCK"]) if "y" in self.numels else 1
+    def grid(self, cfg: Config, numels: dict[str, int] | None = None) -> tuple[int, int, int]:
+        """(cdiv(x, XBLOCK), cdiv(y, YBLOCK) or 1, 1): x always on axis 0 (no 65535 limit).
+        ``numels``: this launch's sizes, when they are not the launcher's."""
+        numels = self.numels if numels is None else numels
+        x_programs = triton.cdiv(numels["x"], cfg.kwargs.get("XBLOCK", 1))
+        y_programs = triton.cdiv(numels["y"], cfg.kwargs["YBLOCK"]) if "y" in numels else 1
         if y_programs > MAX_GRID_YZ:
             raise ValueError(f"{self.name}: {y_programs} programs on grid axis 1 exceed "
                              f"{MAX_GRID_YZ}; use a larger YBLOCK than in {cfg}")
         return (x_programs, y_programs, 1)
 
-    def _bind(self, cfg: Config) -> Callable[..., Any]:
+    def _bind(self, cfg: Config, numels: dict[str, int] | None = None) -> Callable[..., Any]:
         """A callable taking run()'s args that launches with `cfg` through JITFunction
-        dispatch (the general path: it specializes on, and compiles for, what it gets)."""
-        bound = self._fn[self.grid(cfg)]
+        dispatch (the general path: it specializes on, and compiles for, what it gets).
+        ``numels``: the launch's sizes, when they are not the launcher's."""
+        bound = self._fn[self.grid(cfg, numels)]
         kwargs = dict(cfg.kwargs)
         if self._interpreted:
             def launch_interpreted(*args):
@@ -290,16 +310,18 @@ class TritonLauncher:
             kernel = futures[cfg].result()
         except async_compile.CompileInterrupted:
             return slow
-        return _make_direct_launch(self._fn, kernel, argspec, self.grid(cfg), cfg, slow) or slow
+        return make_direct_launch(self._fn, kernel, argspec, cfg, slow, self.grid(cfg)) or slow
 
     # -- first run ----------------------------------------------------------------------
 
     def run(self, *args: Any) -> None:
         """Launch the kernel on `args` (tensors, then numels as ints, as in its signature)."""
-        with self._lock:
-            if "run" in self.__dict__:   # another thread finished the first run meanwhile
-                return self.__dict__["run"](*args)
-            self._first_run(args)
+        with first_runs:
+            launch = self.__dict__.get("run")   # another thread's first run may have bound it
+            if launch is None:
+                self._first_run(args)
+                return None
+        return launch(*args)
 
     def _load(self) -> None:
         fn = load_kernel(self.name, self.source, tf_config.cache_dir)
@@ -344,7 +366,7 @@ class TritonLauncher:
         import autotune_cache
         versions = autotune_cache.current_versions()
         device = self._device_name(args)
-        sizes = size_key(self.kind, self.numels)
+        sizes = self.tuning_sizes()
         tuned_as = autotuner.tuning_source(async_compile.kernel_template(self.source, self.name), sizes)
 
         def key_for(configs: Sequence[Config]) -> str:
@@ -395,63 +417,3 @@ class TritonLauncher:
         except OSError as e:
             log.warning("autotune %s: could not write the autotune cache: %s", self.name, e)
         return cfg
-
-
-# --- direct launches of compiled kernels -------------------------------------------------
-
-def _make_direct_launch(jit_fn, kernel, argspec: async_compile.ArgSpec, grid: tuple[int, int, int],
-                        cfg: Config, slow: Callable[..., Any]) -> Callable[..., Any] | None:
-    """A launch that calls the CompiledKernel's launcher directly, skipping JIT dispatch.
-
-    `kernel` was compiled for arguments matching `argspec` (dtypes, 16-byte alignment of
-    tensor pointers, integer values) and is loaded on the current device. Each call checks
-    those cheaply and takes the general path (`slow`) when anything differs or launch
-    hooks are installed. Returns None (use `slow` always) if this triton does not look as
-    expected.
-    """
-    try:
-        from triton import knobs
-        from triton.runtime.driver import driver
-        if hasattr(kernel, "result"):          # a future on some versions
-            kernel = kernel.result()
-        params = jit_fn.params
-        constexpr_names = [p.name for p in params if p.is_constexpr]
-        n_plain = len(params) - len(constexpr_names)
-        # Only the layout the code generator emits: plain args first, then the blocks.
-        if any(p.is_constexpr for p in params[:n_plain]) or len(argspec.args) != n_plain:
-            return None
-        if any(name not in cfg.kwargs for name in constexpr_names):
-            return None
-        tail = tuple(cfg.kwargs[name] for name in constexpr_names)
-        run = kernel.run                       # loads the binary (raises if it cannot run)
-        function, packed = kernel.function, kernel.packed_metadata
-        get_stream = driver.active.get_current_stream
-        get_device = driver.active.get_current_device
-        device = get_device()
-        runtime_knobs = knobs.runtime
-    except (AttributeError, ImportError, TypeError) as e:  # an optimisation only
-        log.debug("direct launch unavailable for %s: %s", getattr(jit_fn, "__name__", jit_fn), e)
-        return None
-    tensors = tuple(argspec.pointers())        # (position, dtype, specialized on alignment)
-    scalars = tuple(argspec.scalars())
-    grid0, grid1, grid2 = grid
-
-    def fast_launch(*call_args):
-        # Launch hooks (profilers) need the metadata only the general path builds. They
-        # are HookChain objects (no-ops while `.calls` is empty) or plain callables.
-        enter, exit_ = runtime_knobs.launch_enter_hook, runtime_knobs.launch_exit_hook
-        if ((enter is not None and getattr(enter, "calls", True))
-                or (exit_ is not None and getattr(exit_, "calls", True))
-                or len(call_args) != n_plain or get_device() != device):
-            return slow(*call_args)
-        for i, dtype, aligned in tensors:
-            t = call_args[i]
-            if t.dtype is not dtype or (aligned and t.data_ptr() & 15):
-                return slow(*call_args)
-        for i, value in scalars:
-            if call_args[i] != value:
-                return slow(*call_args)
-        run(grid0, grid1, grid2, get_stream(device), function, packed, None, None, None,
-            *call_args, *tail)
-
-    return fast_launch

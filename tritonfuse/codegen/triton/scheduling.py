@@ -9,13 +9,14 @@ import os
 
 import jinja2
 import sympy
+import torch
 
-from ... import config, metrics
+from ... import config, metrics, sym
 from ...dependencies import plan_and_deps
 from ...runtime import async_compile
 from ...runtime.heuristics import NUMEL_ARGS, candidate_configs, is_persistent_reduction_ok
 from ..backend_interface import BackendScheduling
-from ..common import KERNEL_NAME_PLACEHOLDER, name_kernel
+from ..common import KERNEL_NAME_PLACEHOLDER, name_kernel, pexpr
 from .kernel import TritonKernel
 from .overrides import INTERPRETER_OPS, TRITON_OPS
 
@@ -31,31 +32,77 @@ PREFIXES = {"pointwise": "triton_poi", "pointwise_2d": "triton_poi_tiled", "pers
 @dataclasses.dataclass(frozen=True)
 class TritonKernelDefinition:
     """A rendered Triton kernel before it has a name: what the wrapper defines (one
-    TritonLauncher per distinct definition) and the compile pool builds.
+    launcher per distinct definition) and the compile pool builds.
 
-    template: the source, its kernel named KERNEL_NAME_PLACEHOLDER; configs: candidate
-    launch configs; mutated: run() positions written; pointer_dtypes: dtypes of the tensor
-    arguments; device_index: the CUDA device compiled for (None when interpreted).
+    template: the source, its kernel named KERNEL_NAME_PLACEHOLDER; numels and configs:
+    the sizes and candidate launch configs, None for symbolic sizes (the launcher then
+    chooses per size bucket at launch); mutated: run() positions written; pointer_dtypes:
+    dtypes of the tensor arguments; device_index: the CUDA device compiled for (None when
+    interpreted); persistent_template: a looped reduction's persistent form, for the
+    launches whose rows fit; example_scalars: run()'s integer arguments at the example
+    sizes (None if one has no example value), the launch compiled for ahead.
     """
     prefix: str
     origins: tuple
     template: str
     kind: str
-    numels: dict
-    configs: tuple
+    numels: "dict | None"
+    configs: "tuple | None"
     mutated: tuple
     device_type: str
     device_index: "int | None"
     hint: "str | None"
     pointer_dtypes: tuple
+    persistent_template: "str | None" = None
+    example_scalars: "tuple | None" = None
 
     def identity(self) -> tuple:
         """Equal for kernels that can share one definition."""
-        return (self.template, self.kind, tuple(sorted(self.numels.items())), self.configs, self.mutated,
-                self.device_type, self.device_index, self.hint, self.pointer_dtypes)
+        numels = tuple(sorted(self.numels.items())) if self.numels is not None else None
+        return (self.template, self.kind, numels, self.configs, self.mutated, self.device_type, self.device_index,
+                self.hint, self.pointer_dtypes, self.persistent_template, self.example_scalars)
 
     def source(self, name: str) -> str:
         return name_kernel(self.template, name)
+
+    @property
+    def launcher_class(self) -> str:
+        """The class generated code makes: kernels of symbolic sizes choose at launch."""
+        return "TritonLauncher" if self.numels is not None else "DynamicTritonLauncher"
+
+    def launcher_arguments(self, name: str) -> dict:
+        """The launcher's keyword arguments, as generated code passes them."""
+        arguments = dict(name=name, kind=self.kind, numels=self.numels, mutated_arg_indices=list(self.mutated),
+                         device_type=self.device_type, reduction_hint=self.hint,
+                         configs=list(self.configs) if self.configs is not None else None)
+        if self.device_index is not None:   # compiled: what to compile ahead, and for which device
+            arguments.update(pointer_dtypes=self.pointer_dtypes, device_index=self.device_index,
+                             example_scalars=self.example_scalars)
+        if self.persistent_template is not None:
+            arguments["persistent_source"] = name_kernel(self.persistent_template, name)
+        arguments["source"] = self.source(name)
+        return arguments
+
+    def precompile(self, name: str) -> bool:
+        """Start compiling the binaries the generated launcher will want first (making it
+        does that); True if they all existed already (an identical kernel met before)."""
+        if self.device_index is None:
+            return False
+        from ...runtime.dynamic_launcher import DynamicTritonLauncher
+        from ...runtime.triton_launcher import TritonLauncher
+        launcher_class = TritonLauncher if self.numels is not None else DynamicTritonLauncher
+        return launcher_class(**self.launcher_arguments(name)).precompiled
+
+
+def _example_scalars(sizes) -> "tuple | None":
+    """The example values of integer kernel arguments (sizes, size symbols), or None when
+    one has none: an unbacked size, or a float symbol."""
+    if any(not s.is_integer for s in map(sympy.sympify, sizes) if not s.is_number):
+        return None
+    try:
+        return tuple(sym.hint(s) for s in sizes)
+    except (ValueError, TypeError):
+        return None
 
 
 class TritonScheduling(BackendScheduling):
@@ -63,6 +110,8 @@ class TritonScheduling(BackendScheduling):
     ops_table = TRITON_OPS
     use_libdevice = True
     launcher_device = "cuda"
+    reports_zero_division = False   # as eager on CUDA: an integer division by zero raises nothing
+    imports_zero_division = False   # the wrapper imports raise_integer_division_by_zero
 
     def __init__(self, scheduler, wrapper, graph):
         super().__init__(scheduler, wrapper, graph)
@@ -81,39 +130,75 @@ class TritonScheduling(BackendScheduling):
         return True
 
     def codegen_node(self, group) -> None:
-        hint = self._reduction_hint(group) if group.r_numel > 1 else None
+        hint = self._reduction_hint(group) if group.r_numel != 1 else None
         kind, numels = self._kind(group, hint)
-        configs = candidate_configs(kind, numels, config.autotune, hint=hint)
+        static = all(sym.is_static(n) for n in numels.values())
+        # symbolic sizes: the launcher picks configs at each launch from the actual sizes
+        configs = candidate_configs(kind, {k: sym.to_int(v) for k, v in numels.items()}, config.autotune,
+                                    hint=hint) if static else None
         internal = self.scheduler.internal_buffers(group)
-        kernel = TritonKernel(group, internal, self.graph, self.ops_table, configs, kind, numels)
-        kernel.generate()
+        report = self.reports_zero_division
+        kernels = {kind: TritonKernel(group, internal, self.graph, self.ops_table, configs, kind, numels,
+                                      report_zero_division=report)}
+        if not static and kind == "reduction":
+            # a row length known only at run time: a persistent form too, for the launches
+            # whose rows fit in registers (the launcher chooses by the actual length)
+            kernels["persistent_reduction"] = TritonKernel(group, internal, self.graph, self.ops_table, None,
+                                                           "persistent_reduction", numels,
+                                                           report_zero_division=report)
+        for kernel in kernels.values():
+            kernel.generate()
+        symbols = {str(s): s for k in kernels.values() for s in k.size_symbols}
+        size_args = sorted(symbols, key=lambda n: (len(n), n))
+        # rendered unnamed: kernels identical but for their name share one definition
+        templates = {k: self._render(KERNEL_NAME_PLACEHOLDER, k, kernel, group, size_args)
+                     for k, kernel in kernels.items()}
+        kernel = kernels[kind]
         call_args = kernel.args.call_order()
-        numel_names = [f"{axis}numel" for axis in NUMEL_ARGS[kind]]
-        block_names = [f"{axis.upper()}BLOCK" for axis in NUMEL_ARGS[kind]]
-        signature = [param for param, _ in call_args] + numel_names + [f"{b}: tl.constexpr" for b in block_names]
-        template = _templates.get_template("kernel.py.j2").render(
-            name=KERNEL_NAME_PLACEHOLDER, kind=kind, signature=", ".join(signature), x_numel=group.x_numel,
-            r_numel=group.r_numel, origins=", ".join(group.origins), int64=kernel.use_int64,
-            needs_xmask=kernel.needs_xmask, needs_rmask=kernel.needs_rmask, needs_ymask=kernel.needs_ymask,
-            use_libdevice=self.use_libdevice, body=kernel.body_lines().getvalue().rstrip(),
-        )
         n_inputs = len(kernel.args.inputs)
+        flag = 1 if kernel.checks_division else 0   # zero_division_ptr, written by the kernel
+        pointer_dtypes = tuple(self.graph.get_dtype(buffer) for _, buffer in call_args) + (torch.int32,) * flag
+        numel_args = [pexpr(numels[axis]) for axis in NUMEL_ARGS[kind]]
         definition = TritonKernelDefinition(
-            prefix=PREFIXES[kind], origins=tuple(group.origins), template=template, kind=kind, numels=numels,
-            configs=tuple(configs), mutated=tuple(range(n_inputs, n_inputs + len(kernel.args.outputs))),
+            prefix=PREFIXES[kind], origins=tuple(group.origins), template=templates[kind], kind=kind,
+            numels={k: sym.to_int(v) for k, v in numels.items()} if static else None,
+            configs=tuple(configs) if static else None,
+            mutated=tuple(range(n_inputs, n_inputs + len(kernel.args.outputs) + flag)),
             device_type=self.launcher_device, device_index=self._device_index(group.device), hint=hint,
-            pointer_dtypes=tuple(self.graph.get_dtype(buffer) for _, buffer in call_args))
+            pointer_dtypes=pointer_dtypes, persistent_template=templates["persistent_reduction"] if len(templates) > 1 else None,
+            example_scalars=_example_scalars([symbols[n] for n in size_args] + [numels[a] for a in NUMEL_ARGS[kind]]))
         name, new = self.wrapper.define_triton_kernel(definition)
-        if new and definition.device_index is not None:
-            # compiles in the background while the rest of the graph is generated
-            _, _, existed = async_compile.precompile(name, definition.source(name), kind, numels, configs,
-                                                     definition.pointer_dtypes, definition.device_index)
-            metrics.kernel_dedup_hits += existed
+        if new:   # compiles in the background while the rest of the graph is generated
+            metrics.kernel_dedup_hits += definition.precompile(name)
         buffers = [buffer for _, buffer in call_args]
         self.wrapper.allocate_outputs(group, internal)
-        numel_args = [str(numels[axis]) for axis in NUMEL_ARGS[kind]]
-        self.wrapper.writeline(f"{name}.run({', '.join(buffers + numel_args)})")
+        if kernel.checks_division:
+            self._call_reporting_zero_division(name, buffers, size_args + numel_args)
+        else:
+            self.wrapper.writeline(f"{name}.run({', '.join(buffers + size_args + numel_args)})")
         metrics.record_kernel(name)
+
+    def _render(self, name, kind, kernel, group, size_args) -> str:
+        numel_names = [f"{axis}numel" for axis in NUMEL_ARGS[kind]]
+        block_names = [f"{axis.upper()}BLOCK" for axis in NUMEL_ARGS[kind]]
+        flag = ["zero_division_ptr"] if kernel.checks_division else []
+        signature = [param for param, _ in kernel.args.call_order()] + flag + size_args + numel_names + \
+            [f"{b}: tl.constexpr" for b in block_names]
+        return _templates.get_template("kernel.py.j2").render(
+            name=name, kind=kind, signature=", ".join(signature), x_numel=group.x_numel, r_numel=group.r_numel,
+            origins=", ".join(group.origins), int64=kernel.use_int64, needs_xmask=kernel.needs_xmask,
+            needs_rmask=kernel.needs_rmask, needs_ymask=kernel.needs_ymask, use_libdevice=self.use_libdevice,
+            body=kernel.body_lines().getvalue().rstrip(),
+        )
+
+    def _call_reporting_zero_division(self, name, buffers, scalar_args):
+        if not self.imports_zero_division:
+            self.wrapper.define_raw("from tritonfuse.runtime.integer_errors import raise_integer_division_by_zero\n")
+            self.imports_zero_division = True
+        self.wrapper.writeline("zero_division = torch.zeros(1, dtype=torch.int32)")
+        self.wrapper.writeline(f"{name}.run({', '.join(buffers + ['zero_division'] + scalar_args)})")
+        self.wrapper.writeline("if zero_division.item():")
+        self.wrapper.writeline("    raise_integer_division_by_zero()")
 
     @staticmethod
     def _device_index(device):
@@ -129,7 +214,10 @@ class TritonScheduling(BackendScheduling):
                 return "pointwise_2d", {"y": tile[0], "x": tile[1]}
             return "pointwise", {"x": group.x_numel}
         numels = {"x": group.x_numel, "r": group.r_numel}
-        return ("persistent_reduction" if is_persistent_reduction_ok(numels, hint) else "reduction"), numels
+        if not sym.is_static(group.r_numel):   # a looped reduction serves every row length
+            return "reduction", numels
+        static = {k: sym.hint(v) for k, v in numels.items()}
+        return ("persistent_reduction" if is_persistent_reduction_ok(static, hint) else "reduction"), numels
 
     @staticmethod
     def _reduction_hint(group):
@@ -154,6 +242,7 @@ class InterpretedTritonScheduling(TritonScheduling):
     ops_table = INTERPRETER_OPS
     use_libdevice = False
     launcher_device = "cpu"
+    reports_zero_division = True    # CPU tensors: eager raises for an integer division by zero
 
     @staticmethod
     def _device_index(device):
@@ -183,7 +272,7 @@ def _transposed_tiling(group):
     shapes, transposed = set(), False
     for node, x_sizes, r_sizes, _ in group.node_layouts():
         plan, reads, _ = plan_and_deps(node.buffer, x_sizes, r_sizes)
-        shapes.add(tuple(sympy.Integer(s) for s in plan.x_sizes))
+        shapes.add(tuple(sympy.expand(s) for s in plan.x_sizes))
         n = len(plan.x_sizes)
         if n < 2:
             return None
@@ -193,12 +282,10 @@ def _transposed_tiling(group):
                 continue
             stride_last = sympy.diff(dep.index, last)
             others = [sympy.diff(dep.index, sympy.Symbol(f"x{i}", integer=True, nonnegative=True)) for i in range(n - 1)]
-            if stride_last != 1 and stride_last != 0 and any(o == 1 for o in others):
+            if stride_last != 1 and stride_last != 0 and any(o == 1 for o in others) \
+                    and not (stride_last.free_symbols - sym.size_symbols(stride_last)):
                 transposed = True
     if not transposed or len(shapes) != 1:
         return None
-    sizes = [int(s) for s in shapes.pop()]
-    y = 1
-    for s in sizes[:-1]:
-        y *= s
-    return y, sizes[-1]
+    sizes = list(shapes.pop())
+    return sympy.expand(sym.product(sizes[:-1])), sizes[-1]
