@@ -1,16 +1,33 @@
 #!/usr/bin/env python
-"""Triton compile time of a real model's kernels: before dedupe and pruning, and after,
-serially and through the compile pool (tritonfuse/runtime/async_compile.py).
+"""Compile time of real models: first calls with the compile pool against serial compile
+(on a GPU), and the compilations of a model's kernels before and after dedupe and
+pruning (anywhere: offline, for an sm_90 target).
 
-    python scripts/compile_bench.py                           # GPT-2, 2 layers, fwd + bwd
-    python scripts/compile_bench.py --model llama --workers 8 --before
-    python scripts/compile_bench.py --model gpt2 --layers 12 --count-only
-    python scripts/compile_bench.py --save k.json ... ; python scripts/compile_bench.py --load k.json
+On a GPU (the default there; about 4 minutes on an H100, under --budget seconds):
 
-No GPU is needed: the model's forward and backward graphs go through tritonfuse's CUDA
-Triton code generator on CPU tensors (each graph then runs eagerly, its kernels never
-launched), and every kernel is compiled for a CUDA target offline (default sm_90, the
-H100), each run into a fresh Triton cache. It reports:
+    python scripts/compile_bench.py --out compile_bench.json
+
+  Each run is a fresh process with empty caches (tritonfuse's, the autotune cache,
+  Triton's) that builds a model (HF GPT-2 and Llama from small configs if transformers
+  is importable, else built-in MLP and transformer blocks), runs one eager training step
+  (CUDA and cuBLAS warm), then times the first compiled training step (forward, loss,
+  backward): Dynamo, lowering, code generation, Triton compiles, autotuning, the run.
+  Runs: serial compile (TRITONFUSE_COMPILE_WORKERS=0), the pool as configured by default
+  (processes from 8 cores on), then, as the budget allows, the caches left by the pool run
+  in a new process (warm), Inductor's cold first call for reference, and the other pool
+  kind (threads or processes). The JSON holds every run; a markdown table goes to stdout.
+
+Offline (no GPU needed; --mode kernels, the default without one):
+
+    python scripts/compile_bench.py --mode kernels                 # GPT-2, 2 layers, fwd + bwd
+    python scripts/compile_bench.py --mode kernels --model llama --workers 8 --before
+    python scripts/compile_bench.py --mode kernels --model gpt2 --layers 12 --count-only
+    python scripts/compile_bench.py --mode kernels --save k.json ... ; ... --load k.json
+
+  The model's forward and backward graphs go through tritonfuse's CUDA Triton code
+  generator on CPU tensors (each graph then runs eagerly, its kernels never launched), and
+  every kernel is compiled for a CUDA target offline (default sm_90, the H100), each run
+  into a fresh Triton cache. It reports:
 
   before   every kernel occurrence (one per layer, forward and backward) with every
            candidate config of the old "default" mode, compiled serially: what a cold
@@ -18,8 +35,9 @@ H100), each run into a fresh Triton cache. It reports:
   after    one compile per unique kernel source (names aside) with the pruned
            candidates, serially (--workers 0) and through the pool (--workers N)
 
-Measured on the 2-core development machine (triton 3.9, sm_90; HF models at hidden 768,
-12 heads, FFN 3072, vocab 32000, 8 x 512 tokens, bf16, forward + backward):
+Measured offline on the 2-core development machine (triton 3.9, sm_90; HF models at
+hidden 768, 12 heads, FFN 3072, vocab 32000, 8 x 512 tokens, bf16, forward + backward of
+the logits' sum; the script now takes HF's own loss, a cross-entropy):
 
   model, layers   launches  unique kernels  compilations before -> after   serial s before -> after
   GPT-2, 2              41              25           259 -> 121 (2.1x)        216 -> 96   (2.3x)
@@ -27,23 +45,22 @@ Measured on the 2-core development machine (triton 3.9, sm_90; HF models at hidd
   GPT-2, 12            193              37          1194 -> 180 (6.6x)        (--count-only)
   Llama, 12            153              34           818 -> 183 (4.5x)        (--count-only)
 
-That machine ran at a load of 9-12 on its 2 cores during those runs, so its pool
-timings (2 threads: 0.98x / 1.07x serial; 2 processes, warm: 0.90x / 0.97x) say nothing
-about parallelism; measure that on the GPU host (16 cores):
-
-  python scripts/compile_bench.py --model gpt2 --workers 4,8,15 --before
-
-A compile holds the GIL ~29% of its time (py-spy --gil over 30 sm_90 compiles: the
-Python front end 99%, make_llir 32%, MLIR passes 0%, ptxas 2%), which bounds 15 threads
-at ~3x serial; worker processes are bounded only by the cores and their start (torch and
-triton imports, overlapped with lowering).
+That machine ran at a load of 9-12 on its 2 cores, so its pool timings say nothing about
+parallelism: the first-call runs on the GPU host (16 cores) do. A compile holds the GIL
+~29% of its time (py-spy --gil over 30 sm_90 compiles: the Python front end 99%,
+make_llir 32%, MLIR passes 0%, ptxas 2%), which bounds 15 threads at ~3x serial; worker
+processes are bounded only by the cores and their start (torch and triton imports,
+overlapped with lowering).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
+import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -57,39 +74,70 @@ import torch  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 H100_SMS = 132
+HIDDEN, HEADS, FFN, VOCAB = 768, 12, 3072, 32000   # the issue's sizes
 
 
 # --- the models ---------------------------------------------------------------------------
 
-def build_model(name: str, layers: int, dtype: torch.dtype):
-    """(module, input ids or activations) at the issue's sizes: hidden 768, 12 heads,
-    FFN 3072, vocab 32000."""
+class MLP(torch.nn.Module):
+    """`layers` identical residual blocks: x + W2 gelu(W1 layernorm(x))."""
+
+    def __init__(self, layers: int) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(torch.nn.Sequential(
+            torch.nn.LayerNorm(HIDDEN), torch.nn.Linear(HIDDEN, FFN), torch.nn.GELU(), torch.nn.Linear(FFN, HIDDEN))
+            for _ in range(layers))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + block(x)
+        return x
+
+
+def has_transformers() -> bool:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def build_model(name: str, layers: int, dtype: torch.dtype, device: str = "cpu"):
+    """(module, inputs(batch, seq), loss(module, inputs)) at the issue's sizes: hidden
+    768, 12 heads, FFN 3072, vocab 32000; dropout 0."""
     torch.manual_seed(0)
-    if name == "block":
-        from scripts.models import TransformerBlock
-        blocks = torch.nn.Sequential(*[TransformerBlock(768, 12) for _ in range(layers)])
-        return blocks.to(dtype), lambda batch, seq: (torch.randn(batch, seq, 768, dtype=dtype),)
+    if name in ("mlp", "block"):
+        if name == "mlp":
+            model = MLP(layers)
+        else:
+            from scripts.models import TransformerBlock
+            model = torch.nn.Sequential(*[TransformerBlock(HIDDEN, HEADS) for _ in range(layers)])
+
+        def activations(batch, seq):
+            return (torch.randn(batch, seq, HIDDEN, dtype=dtype, device=device),)
+
+        return model.to(device=device, dtype=dtype), activations, lambda m, inputs: m(*inputs).float().square().mean()
     import transformers
     if name == "gpt2":
-        cfg = transformers.GPT2Config(n_embd=768, n_head=12, n_layer=layers, n_inner=3072, vocab_size=32000,
+        cfg = transformers.GPT2Config(n_embd=HIDDEN, n_head=HEADS, n_layer=layers, n_inner=FFN, vocab_size=VOCAB,
                                       n_positions=1024, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
         model = transformers.GPT2LMHeadModel(cfg)
     elif name == "llama":
-        cfg = transformers.LlamaConfig(hidden_size=768, num_attention_heads=12, num_key_value_heads=12,
-                                       num_hidden_layers=layers, intermediate_size=3072, vocab_size=32000,
+        cfg = transformers.LlamaConfig(hidden_size=HIDDEN, num_attention_heads=HEADS, num_key_value_heads=HEADS,
+                                       num_hidden_layers=layers, intermediate_size=FFN, vocab_size=VOCAB,
                                        max_position_embeddings=1024)
         model = transformers.LlamaForCausalLM(cfg)
     else:
         raise ValueError(f"unknown model {name!r}")
     model.config.use_cache = False
-    return model.to(dtype), lambda batch, seq: (torch.randint(0, 32000, (batch, seq)),)
 
+    def token_ids(batch, seq):
+        return (torch.randint(0, VOCAB, (batch, seq), device=device),)
 
-def _loss(output):
-    if isinstance(output, torch.Tensor):
-        return output.float().sum()
-    logits = output.logits if hasattr(output, "logits") else output[0]
-    return logits.float().sum()
+    def language_model_loss(m, inputs):   # HF's own loss: shifted cross-entropy
+        return m(inputs[0], labels=inputs[0]).loss
+
+    return model.to(device=device, dtype=dtype), token_ids, language_model_loss
 
 
 # --- generating the kernels ---------------------------------------------------------------
@@ -143,12 +191,11 @@ def cuda_codegen_on_cpu(record: Definitions):
 
 
 def generate(model_name: str, layers: int, batch: int, seq: int, dtype: torch.dtype) -> Definitions:
-    model, make_inputs = build_model(model_name, layers, dtype)
+    model, make_inputs, loss = build_model(model_name, layers, dtype)
     record = Definitions()
     with cuda_codegen_on_cpu(record):
         torch._dynamo.reset()
-        compiled = torch.compile(model, backend="tritonfuse")
-        _loss(compiled(*make_inputs(batch, seq))).backward()
+        loss(torch.compile(model, backend="tritonfuse"), make_inputs(batch, seq)).backward()
     return record
 
 
@@ -191,16 +238,15 @@ def kernels_after(record: Definitions) -> list[tuple]:
 # --- saving the kernels (to compile them on another machine) ------------------------------------
 
 def save(record: Definitions, path: str) -> None:
-    import json
     rows = [{"name": name, "new": new, "prefix": k.prefix, "template": k.template, "kind": k.kind,
              "numels": k.numels, "hint": k.hint, "configs": [c.to_dict() for c in k.configs],
-             "dtypes": [str(d).replace("torch.", "") for d in k.pointer_dtypes]} for k, name, new in record.made]
+             "dtypes": [str(d).replace("torch.", "") for d in k.pointer_dtypes],
+             "scalars": list(k.example_scalars)} for k, name, new in record.made]
     with open(path, "w") as f:
         json.dump(rows, f)
 
 
 def load(path: str) -> Definitions:
-    import json
     from tritonfuse.codegen.triton.scheduling import TritonKernelDefinition
     from tritonfuse.runtime.heuristics import Config
     record = Definitions()
@@ -209,7 +255,8 @@ def load(path: str) -> Definitions:
             kernel = TritonKernelDefinition(
                 prefix=row["prefix"], origins=(), template=row["template"], kind=row["kind"], numels=row["numels"],
                 configs=tuple(Config.from_dict(c) for c in row["configs"]), mutated=(), device_type="cuda",
-                device_index=None, hint=row["hint"], pointer_dtypes=tuple(getattr(torch, d) for d in row["dtypes"]))
+                device_index=None, hint=row["hint"], pointer_dtypes=tuple(getattr(torch, d) for d in row["dtypes"]),
+                example_scalars=tuple(row["scalars"]))
             record.made.append((kernel, row["name"], row["new"]))
     return record
 
@@ -270,11 +317,180 @@ def compile_after(kernels, target, workers: int, processes: bool = False,
         return seconds, metrics.triton_compilations - before, failures
 
 
+# --- first calls on the GPU -------------------------------------------------------------------
+
+# what each kind of run sets in a child's environment
+POOL_ENV = {"serial": {"TRITONFUSE_COMPILE_WORKERS": "0"}, "default": {},
+            "threads": {"TRITONFUSE_COMPILE_POOL": "threads"}, "processes": {"TRITONFUSE_COMPILE_POOL": "processes"}}
+CACHE_ENV = ("TRITONFUSE_CACHE_DIR", "TRITONFUSE_AUTOTUNE_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
+
+
+def first_call(spec: dict) -> dict:
+    """In a child process: one eager training step, then the first compiled one, timed."""
+    device = spec["device"]
+    synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    model, make_inputs, loss_of = build_model(spec["model"], spec["layers"], DTYPES[spec["dtype"]], device)
+    inputs = make_inputs(spec["batch"], spec["seq"])
+    eager_loss = loss_of(model, inputs)        # CUDA, cuBLAS and the allocator warm; the reference
+    eager_loss.backward()
+    model.zero_grad(set_to_none=True)
+    synchronize()
+    result = {"device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
+              "torch": torch.__version__}
+    if spec["backend"] == "tritonfuse":
+        import tritonfuse.compile_fx
+        compile_seconds = [0.0]
+        compile_graph = tritonfuse.compile_fx.compile_graph
+
+        def timed_compile_graph(*args, **kwargs):   # lowering, scheduling, code generation
+            start = time.perf_counter()
+            try:
+                return compile_graph(*args, **kwargs)
+            finally:
+                compile_seconds[0] += time.perf_counter() - start
+
+        tritonfuse.compile_fx.compile_graph = timed_compile_graph
+    compiled = torch.compile(model, backend=spec["backend"])
+    seconds = []
+    for _ in range(2):                         # the first call, then one that compiles nothing
+        start = time.perf_counter()
+        loss = loss_of(compiled, inputs)
+        loss.backward()
+        synchronize()
+        seconds.append(time.perf_counter() - start)
+        model.zero_grad(set_to_none=True)
+    import triton
+    result.update(first_call_s=seconds[0], second_call_s=seconds[1], triton=triton.__version__,
+                  loss_rel_diff=abs(loss.item() - eager_loss.item()) / max(abs(eager_loss.item()), 1e-6))
+    if spec["backend"] == "tritonfuse":
+        from tritonfuse import metrics
+        from tritonfuse.runtime import async_compile, autotuner
+        pool = async_compile.pool()
+        result.update(
+            graph_compile_s=compile_seconds[0], pool_workers=pool.workers, pool_processes=pool.processes,
+            triton_compilations=metrics.triton_compilations, kernel_dedup_hits=metrics.kernel_dedup_hits,
+            kernel_launches=metrics.generated_kernel_count, graph_cache_hits=metrics.graph_cache_hits,
+            eager_graphs=metrics.eager_graphs, fallbacks=sorted(metrics.fallbacks),
+            autotuned=autotuner.stats.tuned, autotune_cache_hits=autotuner.stats.cache_hits,
+            autotune_s=autotuner.stats.tuning_seconds)
+    return result
+
+
+def plan_runs(models: list[str], pool_kinds: list[str], inductor: bool) -> list[dict]:
+    """The runs in the order they are worth having: serial and the default pool for every
+    model first, then warm caches, Inductor (the reference) and the other pool kinds."""
+    runs = [dict(model=m, backend="tritonfuse", pool=pool, cache="cold") for m in models for pool in ("serial", "default")]
+    runs += [dict(model=m, backend="tritonfuse", pool="default", cache="warm") for m in models]
+    if inductor:
+        runs += [dict(model=m, backend="inductor", pool="-", cache="cold") for m in models]
+    runs += [dict(model=m, backend="tritonfuse", pool=kind, cache="cold") for kind in pool_kinds for m in models]
+    return runs
+
+
+def run_child(run: dict, args, cache_root: str, timeout: float) -> dict:
+    """One run in a fresh process; its caches: new (cold) or those of the model's
+    default-pool cold run (warm)."""
+    owner = f"{run['model']}-{run['backend']}-{run['pool'] if run['cache'] == 'cold' else 'default'}"
+    env = {k: v for k, v in os.environ.items() if k not in CACHE_ENV and not k.startswith("TRITONFUSE_COMPILE_")}
+    env.update({name: os.path.join(cache_root, owner, name.lower()) for name in CACHE_ENV})
+    env.update(POOL_ENV.get(run["pool"], {}), PYTHONUNBUFFERED="1")
+    spec = dict(run, layers=args.layers, batch=args.batch, seq=args.seq, dtype=args.dtype, device=args.device)
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
+                              env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return dict(run, error=f"timed out after {timeout:.0f} s", process_s=time.perf_counter() - start)
+    out = dict(run, process_s=time.perf_counter() - start)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        return dict(out, error=(proc.stderr.strip().splitlines() or ["no output"])[-1][:500])
+    return dict(out, **json.loads(lines[-1]))
+
+
+def first_call_bench(args) -> int:
+    from tritonfuse.runtime import async_compile
+    models = args.models.split(",") if args.models else (["gpt2", "llama"] if has_transformers() else ["mlp", "block"])
+    default_kind = "processes" if (os.cpu_count() or 1) >= async_compile.PROCESSES_MIN_CPUS else "threads"
+    other_kinds = [k for k in ("threads", "processes") if k != default_kind]
+    runs = plan_runs(models, other_kinds, not args.no_inductor)
+    report = {"settings": dict(models=models, device=args.device, layers=args.layers, batch=args.batch, seq=args.seq, dtype=args.dtype,
+                               autotune=os.environ.get("TRITONFUSE_AUTOTUNE", "default"), budget_s=args.budget,
+                               cpus=os.cpu_count(), default_pool=default_kind, python=platform.python_version()),
+              "runs": []}
+    deadline = time.monotonic() + args.budget
+    with tempfile.TemporaryDirectory(prefix="tf-compile-bench-") as cache_root:
+        for run in runs:
+            left = deadline - time.monotonic()
+            if left < args.min_run:
+                report["runs"].append(dict(run, skipped=f"{args.budget} s budget spent"))
+                continue
+            result = run_child(run, args, cache_root, left)
+            report["runs"].append(result)
+            print(f"{run['model']:6s} {run['backend']:10s} {run['pool']:9s} {run['cache']:4s} "
+                  + (f"first call {result['first_call_s']:6.1f} s" if "first_call_s" in result
+                     else result.get("error", "")), flush=True)
+            if args.out:                       # what finished survives a later stop
+                write_report(report, args.out)
+    report["table"] = summary_table(report["runs"], models)
+    print(report["table"])
+    if args.out:
+        write_report(report, args.out)
+    return 0
+
+
+def write_report(report: dict, path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1)
+
+
+def summary_table(runs: list[dict], models: list[str]) -> str:
+    """Markdown: first-call seconds per model and run, and what the pool run compiled."""
+    def seconds(model, backend, pool, cache="cold"):
+        for r in runs:
+            if (r["model"], r["backend"], r["pool"], r["cache"]) == (model, backend, pool, cache):
+                return r.get("first_call_s")
+        return None
+
+    def text(value, digits=1, suffix=""):
+        return "-" if value is None else f"{value:.{digits}f}{suffix}"
+
+    lines = ["| model | serial s | pool s | pool vs serial | warm s | threads s | processes s | Inductor s "
+             "| compilations | dedup hits | fallbacks |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for m in models:
+        serial, pool = seconds(m, "tritonfuse", "serial"), seconds(m, "tritonfuse", "default")
+        pooled = next((r for r in runs if (r["model"], r["pool"], r["cache"]) == (m, "default", "cold")), {})
+        kind = ("processes" if pooled.get("pool_processes") else "threads") if pooled.get("pool_workers") else None
+        threads = seconds(m, "tritonfuse", "threads") if kind != "threads" else pool
+        processes = seconds(m, "tritonfuse", "processes") if kind != "processes" else pool
+        speedup = serial / pool if serial and pool else None
+        lines.append(f"| {m} | {text(serial)} | {text(pool)} ({pooled.get('pool_workers', '?')} {kind or ''}) "
+                     f"| {text(speedup, 2, 'x')} | {text(seconds(m, 'tritonfuse', 'default', 'warm'))} "
+                     f"| {text(threads)} | {text(processes)} | {text(seconds(m, 'inductor', '-'))} "
+                     f"| {pooled.get('triton_compilations', '-')} | {pooled.get('kernel_dedup_hits', '-')} "
+                     f"| {len(pooled.get('fallbacks', [])) if pooled else '-'} |")
+    return "\n".join(lines)
+
+
+# --- the command line ---------------------------------------------------------------------------
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="gpt2", choices=["gpt2", "llama", "block"])
+    p.add_argument("--mode", choices=["first-call", "kernels"],
+                   help="first calls on the GPU (the default where there is one), or the kernels offline")
+    p.add_argument("--out", metavar="FILE", help="write the results as JSON (first-call mode)")
+    p.add_argument("--models", help="first-call mode: comma-separated of gpt2, llama, mlp, block "
+                                    "(default: gpt2,llama with transformers, else mlp,block)")
+    p.add_argument("--budget", type=float, default=270, help="first-call mode: seconds for all runs")
+    p.add_argument("--min-run", type=float, default=25, help="first-call mode: start no run with less left")
+    p.add_argument("--no-inductor", action="store_true", help="first-call mode: skip Inductor's runs")
+    p.add_argument("--device", default="cuda", help="first-call mode: where the models run (cpu: a smoke test)")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--model", default="gpt2", choices=["gpt2", "llama", "mlp", "block"], help="kernels mode")
     p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--batch", type=int, default=None, help="default: 4 (first-call), 8 (kernels)")
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPES))
     p.add_argument("--arch", type=int, default=90, help="CUDA compute capability to compile for")
@@ -287,7 +503,21 @@ def main(argv=None) -> int:
     p.add_argument("--save", metavar="FILE", help="write the generated kernels to FILE (JSON)")
     p.add_argument("--load", metavar="FILE", help="compile the kernels in FILE instead of generating them")
     args = p.parse_args(argv)
+    if args.child:
+        spec = json.loads(args.child)
+        if spec["backend"] == "tritonfuse":
+            import tritonfuse  # noqa: F401  (registers the backend)
+        print(json.dumps(first_call(spec)))
+        return 0
+    mode = args.mode or ("first-call" if torch.cuda.is_available() else "kernels")
+    if mode == "first-call":
+        args.batch = args.batch or 4
+        return first_call_bench(args)
+    args.batch = args.batch or 8
+    return kernels_bench(args)
 
+
+def kernels_bench(args) -> int:
     from triton.backends.compiler import GPUTarget
     from tritonfuse.runtime.async_compile import default_workers
     target = GPUTarget("cuda", args.arch, 32)

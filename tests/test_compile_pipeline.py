@@ -1,6 +1,8 @@
 """The compile pipeline: identical kernels defined and compiled once, the compile pool
 (threads and worker processes) whose binaries the launches use, and the autotuning
 budget. Binaries are built for an H100 (sm_90) offline: no GPU needed for that part."""
+import json
+import os
 import pathlib
 import re
 import subprocess
@@ -110,6 +112,35 @@ def test_launch_uses_the_pool_binaries(fresh_pool):
     assert launcher.run.__name__ == "fast_launch"
     assert launcher._binaries[2][launcher.chosen_config].result() is pooled[launcher.chosen_config]
     assert metrics.triton_compilations == 2
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+def test_symbolic_kernels_launch_their_binaries_after_each_buckets_first(fresh_pool, monkeypatch):
+    """A graph of symbolic sizes: after a bucket's first call its launches skip the JIT's
+    dispatch (tests/test_direct_launch.py checks the launches themselves), and sizes of
+    another class (divisible by 16) compile one more binary."""
+    from triton.runtime.jit import JITFunction
+
+    def fn(x):
+        return torch.relu(x) * 2.0 + 1.0
+
+    def no_jit(*args, **kwargs):
+        raise AssertionError("took the JIT dispatch path")
+
+    compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
+    x = torch.randn(1000, device="cuda")
+    torch.testing.assert_close(compiled(x), fn(x))
+    assert metrics.symbolic_graphs == 1
+    compilations = metrics.triton_compilations
+    with monkeypatch.context() as m:
+        m.setattr(JITFunction, "run", no_jit)
+        for n in (1003, 517, 1021):              # the first call's bucket and class
+            x = torch.randn(n, device="cuda")
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert metrics.triton_compilations == compilations
+    x = torch.randn(1008, device="cuda")          # divisible by 16: one more binary
+    torch.testing.assert_close(compiled(x), fn(x))
+    assert metrics.triton_compilations == compilations + 1
 
 
 # --- the pool ----------------------------------------------------------------------------
@@ -301,12 +332,14 @@ def test_default_mode_takes_a_full_search_result(monkeypatch):
     autotuner.forget_all()
 
 
+COMPILE_BENCH = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "compile_bench.py"
+
+
 def test_compile_bench_counts_a_models_compilations():
     """scripts/compile_bench.py generates a model's CUDA kernels on the CPU: two identical
     transformer blocks need fewer unique kernels than launches, and fewer compilations."""
-    script = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "compile_bench.py"
-    proc = subprocess.run([sys.executable, str(script), "--model", "block", "--layers", "2", "--batch", "1",
-                           "--seq", "8", "--dtype", "float32", "--count-only"],
+    proc = subprocess.run([sys.executable, str(COMPILE_BENCH), "--mode", "kernels", "--model", "block",
+                           "--layers", "2", "--batch", "1", "--seq", "8", "--dtype", "float32", "--count-only"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     launches, definitions, unique = map(int, re.search(
@@ -314,3 +347,23 @@ def test_compile_bench_counts_a_models_compilations():
     before = int(re.search(r"compilations before: +(\d+)", proc.stdout).group(1))
     after = int(re.search(r"compilations after: +(\d+)", proc.stdout).group(1))
     assert unique <= definitions < launches and after < before
+
+
+def test_compile_bench_first_calls_run_end_to_end(tmp_path):
+    """The GPU mode of scripts/compile_bench.py, on the CPU (Triton's interpreter): the
+    serial run's first call gives eager's loss, and each run is reported or skipped."""
+    out = tmp_path / "compile_bench.json"
+    proc = subprocess.run([sys.executable, str(COMPILE_BENCH), "--mode", "first-call", "--device", "cpu",
+                           "--models", "mlp", "--layers", "1", "--batch", "1", "--seq", "8", "--dtype", "float32",
+                           "--no-inductor", "--budget", "30", "--min-run", "5", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TRITONFUSE_CPU_BACKEND="triton"))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    serial = report["runs"][0]
+    assert (serial["model"], serial["pool"], serial["cache"]) == ("mlp", "serial", "cold"), serial
+    assert serial["first_call_s"] > 0 and serial["loss_rel_diff"] < 1e-4, serial
+    assert serial["pool_workers"] == 0 and serial["eager_graphs"] == 0
+    assert all("first_call_s" in run or "skipped" in run or "timed out" in run.get("error", "")
+               for run in report["runs"]), report["runs"]
+    assert "| mlp | " in report["table"]

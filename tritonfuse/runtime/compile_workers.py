@@ -65,9 +65,12 @@ class WorkerProcess:
         self._ready = False
         self._lost = False
         self._lock = threading.Lock()
+        # A new interpreter (fork + exec: safe with CUDA initialised here) that sees no GPU:
+        # compiles for a given target need none, and a CUDA context per worker would cost
+        # each hundreds of MB of GPU memory.
         self.process = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"), close_fds=True)
+            env=dict(os.environ, PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES=""), close_fds=True)
 
     def ready(self) -> bool:
         """True once the worker has imported what it needs (never blocks)."""

@@ -75,7 +75,8 @@ class TritonKernelDefinition:
         arguments = dict(name=name, kind=self.kind, numels=self.numels, mutated_arg_indices=list(self.mutated),
                          device_type=self.device_type, reduction_hint=self.hint,
                          configs=list(self.configs) if self.configs is not None else None)
-        if self.device_index is not None:   # compiled: what to compile ahead, and for which device
+        if self.device_index is not None and self.example_scalars is not None:
+            # compiled: what to compile ahead (the example's launch), and for which device
             arguments.update(pointer_dtypes=self.pointer_dtypes, device_index=self.device_index,
                              example_scalars=self.example_scalars)
         if self.persistent_template is not None:
@@ -86,7 +87,7 @@ class TritonKernelDefinition:
     def precompile(self, name: str) -> bool:
         """Start compiling the binaries the generated launcher will want first (making it
         does that); True if they all existed already (an identical kernel met before)."""
-        if self.device_index is None:
+        if self.device_index is None or self.example_scalars is None:
             return False
         from ...runtime.dynamic_launcher import DynamicTritonLauncher
         from ...runtime.triton_launcher import TritonLauncher
