@@ -13,6 +13,10 @@ from triton.runtime.driver import driver
 from triton.runtime.jit import JITFunction
 
 import tritonfuse.config as tf_config
+from common import kernel_count
+from tritonfuse import metrics
+from tritonfuse.codegen import registry
+from tritonfuse.codegen.triton.scheduling import InterpretedTritonScheduling
 from tritonfuse.runtime import async_compile, autotuner
 from tritonfuse.runtime.dynamic_launcher import DynamicTritonLauncher
 from tritonfuse.runtime.heuristics import Config
@@ -164,3 +168,59 @@ def test_misaligned_tensors_get_a_binary_of_their_own(fake_gpu):
     assert len(compiled) == 2 and not compiled[1][1].args[0].aligned
     launcher.run(a[1:], b, out, 100)
     assert len(compiled) == 2
+
+
+# --- generated code, end to end ----------------------------------------------------------
+
+class InterpretedAsCuda(InterpretedTritonScheduling):
+    """Kernels spelled for the interpreter, defined and launched as compiled CUDA kernels
+    are: compiled ahead through the pool, launched through the binaries."""
+    launcher_device = "cuda"
+    reports_zero_division = False
+
+    @staticmethod
+    def _device_index(device):
+        return 0
+
+
+@pytest.fixture
+def generated_as_cuda(fake_gpu, monkeypatch):
+    monkeypatch.setattr(tf_config, "cpu_backend", "cpp")
+    monkeypatch.setitem(registry._backends, "cpu", InterpretedAsCuda)
+    return fake_gpu
+
+
+def layers(x, w):
+    """Three identical layers (a matmul between them keeps their kernels apart)."""
+    for _ in range(3):
+        x = torch.softmax(torch.relu(x) * w, dim=-1) + 1.0
+        x = x @ torch.eye(x.shape[-1], dtype=x.dtype)
+    return x
+
+
+def test_generated_kernels_compile_ahead_once_and_launch_directly(generated_as_cuda):
+    compiled_binaries, launches = generated_as_cuda
+    x, w = torch.randn(8, 16), torch.randn(16)
+    compiled = torch.compile(layers, backend="tritonfuse")
+    torch.testing.assert_close(compiled(x, w), layers(x, w))
+    assert metrics.eager_graphs == 0 and kernel_count() == 3 and metrics.kernel_dedup_hits == 2
+    assert len(compiled_binaries) == metrics.triton_compilations == 1   # one kernel, one config
+    torch.testing.assert_close(compiled(x, w), layers(x, w))
+    assert len(compiled_binaries) == 1 and len(launches) == 6
+
+
+def test_generated_kernels_of_symbolic_sizes_launch_directly(generated_as_cuda):
+    compiled_binaries, launches = generated_as_cuda
+    w = torch.randn(16)
+    compiled = torch.compile(layers, backend="tritonfuse", dynamic=True)
+    x = torch.randn(10, 16)
+    torch.testing.assert_close(compiled(x, w), layers(x, w))
+    assert metrics.eager_graphs == 0 and metrics.symbolic_graphs == 1 and metrics.kernel_dedup_hits == 2
+    compiles = len(compiled_binaries)
+    assert compiles == metrics.triton_compilations == 1          # compiled ahead, for 10 rows
+    for rows in (15, 9):                         # the bucket of 10 rows, the class of its sizes
+        x = torch.randn(rows, 16)
+        torch.testing.assert_close(compiled(x, w), layers(x, w))
+    assert len(compiled_binaries) == compiles and len(launches) == 9
+    x = torch.randn(3, 16)                       # another bucket
+    torch.testing.assert_close(compiled(x, w), layers(x, w))

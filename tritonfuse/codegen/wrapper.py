@@ -110,8 +110,8 @@ class WrapperCodeGen:
         self.kernel_defs.writeline(f"{name} = {kernel.launcher_class}(")
         with self.kernel_defs.indent():
             for key, value in arguments.items():
-                if key.endswith("source"):
-                    self.kernel_defs.writeline(f"{key}='''")
+                if key.endswith("source"):   # the string is `value` exactly (see _source_lines)
+                    self.kernel_defs.writeline(f"{key}='''\\")
                     self._source_lines(value)
                     self.kernel_defs.lines.append("''',")
                 else:
@@ -122,6 +122,9 @@ class WrapperCodeGen:
         return name, True
 
     def _source_lines(self, source):
+        """`source` as the lines of a triple-quoted string that a line ending in a backslash
+        opens: the string equals `source` if it ends in one newline and no other space
+        (kernel definitions make them so: compiles are keyed by the exact text)."""
         for line in source.rstrip().splitlines():
             self.kernel_defs.lines.append(line.replace("\\", "\\\\").replace("'''", "\\'\\'\\'"))
 

@@ -63,7 +63,9 @@ class TritonKernelDefinition:
                 self.hint, self.pointer_dtypes, self.persistent_template, self.example_scalars)
 
     def source(self, name: str) -> str:
-        return name_kernel(self.template, name)
+        """The kernel called `name`, as the generated module holds it (compiles and Triton's
+        on-disk cache are keyed by this exact text, in every process)."""
+        return _module_text(name_kernel(self.template, name))
 
     @property
     def launcher_class(self) -> str:
@@ -80,7 +82,7 @@ class TritonKernelDefinition:
             arguments.update(pointer_dtypes=self.pointer_dtypes, device_index=self.device_index,
                              example_scalars=self.example_scalars)
         if self.persistent_template is not None:
-            arguments["persistent_source"] = name_kernel(self.persistent_template, name)
+            arguments["persistent_source"] = _module_text(name_kernel(self.persistent_template, name))
         arguments["source"] = self.source(name)
         return arguments
 
@@ -93,6 +95,10 @@ class TritonKernelDefinition:
         from ...runtime.triton_launcher import TritonLauncher
         launcher_class = TritonLauncher if self.numels is not None else DynamicTritonLauncher
         return launcher_class(**self.launcher_arguments(name)).precompiled
+
+
+def _module_text(source: str) -> str:
+    return source.rstrip() + "\n"
 
 
 def _example_scalars(sizes) -> "tuple | None":
