@@ -295,7 +295,10 @@ class TritonKernel:
         text = texpr(index)
         if not index.free_symbols:
             return self.constant(int(index), dtype)
-        expr = f"({text}).to({TRITON_TYPES[dtype]})" if dtype != torch.int32 else f"({text})"
+        if any(s.name.startswith("z") for s in index.free_symbols):   # a float scalar argument
+            expr = f"tl.full([], {text}, {TRITON_TYPES[dtype]})"   # (a Python float in the interpreter)
+        else:
+            expr = f"({text}).to({TRITON_TYPES[dtype]})" if dtype != torch.int32 else f"({text})"
         return self.cse.generate(self.out, expr, dtype, over_r=self._value_over_r())
 
     def indirect_indexing(self, value, size):
