@@ -224,3 +224,22 @@ def test_generated_kernels_of_symbolic_sizes_launch_directly(generated_as_cuda):
     assert len(compiled_binaries) == compiles and len(launches) == 9
     x = torch.randn(3, 16)                       # another bucket
     torch.testing.assert_close(compiled(x, w), layers(x, w))
+
+
+def test_generated_kernels_take_host_scalars(generated_as_cuda, monkeypatch):
+    """A 0-d CPU input read on the host reaches the kernels as a float argument: no example
+    value to compile ahead for, so the first launch compiles, and every later value of it
+    uses that binary (floats are one class)."""
+    from tritonfuse.graph import GraphLowering
+    compiled_binaries, _ = generated_as_cuda
+    monkeypatch.setattr(GraphLowering, "_is_host_scalar", lambda self, t: t.dim() == 0 and t.device.type == "cpu")
+
+    def fn(x, scale):
+        return (scale * x).sin().sum(-1) + scale
+
+    compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
+    with torch.no_grad():
+        for value in (3.0, -2.5, 0.5):
+            x, scale = torch.randn(5, 16), torch.tensor(value)
+            torch.testing.assert_close(compiled(x, scale), fn(x, scale))
+    assert metrics.eager_graphs == 0 and len(compiled_binaries) == 1
