@@ -7,6 +7,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -367,3 +368,41 @@ def test_compile_bench_first_calls_run_end_to_end(tmp_path):
     assert all("first_call_s" in run or "skipped" in run or "timed out" in run.get("error", "")
                for run in report["runs"]), report["runs"]
     assert "| mlp | " in report["table"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_fork_while_pool_threads_hold_locks_leaves_the_child_working(fresh_pool):
+    """A fork (a DataLoader worker, say) while compile threads hold the pool's locks: the
+    child gets a pool of its own and can load and compile kernels."""
+    from tritonfuse.runtime import triton_launcher
+    held, release = threading.Event(), threading.Event()
+
+    def hold_locks():
+        with async_compile._parse_lock, triton_launcher._modules_lock, async_compile._pool_lock:
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold_locks)
+    holder.start()
+    held.wait(60)
+    pid = os.fork()
+    if pid == 0:                                 # the child: only this thread
+        status = 1
+        try:
+            pool = CompilePool(workers=0)
+            argspec = ArgSpec.aligned([torch.float32] * 3, [4096])
+            cfg = Config({"XBLOCK": 1024}, 4)
+            futures, _ = pool.submit(add_kernel("triton_poi_forked_add_0"), [cfg], argspec, sm90())
+            status = 0 if futures[cfg].result(timeout=120).asm["cubin"] and async_compile.pool() else 2
+        finally:
+            os._exit(status)
+    release.set()
+    holder.join()
+    deadline = time.monotonic() + 300
+    while (finished := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if finished[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung on a lock held at the fork")
+    assert os.waitstatus_to_exitcode(finished[1]) == 0

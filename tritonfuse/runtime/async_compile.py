@@ -342,9 +342,10 @@ def pool() -> CompilePool:
 def _after_fork_in_child() -> None:
     """A forked child starts with no pool: its threads and worker processes stayed with
     the parent. Compiles that were unfinished fail with CompileInterrupted (the launcher
-    then compiles through Triton's JIT); finished binaries stay usable."""
-    global _pool, _pool_lock
-    old, _pool, _pool_lock = _pool, None, threading.Lock()
+    then compiles through Triton's JIT); finished binaries stay usable. Locks that a pool
+    thread may have held at the fork are made anew."""
+    global _pool, _pool_lock, _parse_lock
+    old, _pool, _pool_lock, _parse_lock = _pool, None, threading.Lock(), threading.RLock()
     if old is not None:
         for future in list(old._jobs.values()):
             if not future.done():

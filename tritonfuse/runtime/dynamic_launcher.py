@@ -22,10 +22,10 @@ import threading
 from typing import Any, Callable, Sequence
 
 from .. import config as tf_config
-from . import async_compile
+from . import async_compile, triton_launcher
 from .direct_launch import GridFromSizes, make_direct_launch
 from .heuristics import NUMEL_ARGS, Config, candidate_configs, is_persistent_reduction_ok, size_bucket
-from .triton_launcher import TritonLauncher, first_runs
+from .triton_launcher import TritonLauncher
 
 
 class DynamicTritonLauncher:
@@ -109,7 +109,7 @@ class _BucketLauncher(TritonLauncher):
     def run_sized(self, numels: dict[str, int], args: Sequence[Any]) -> None:
         launch = self.sized_launch
         if launch is None:
-            with first_runs:
+            with triton_launcher.first_runs:
                 launch = self.sized_launch
                 if launch is None:
                     self.numels = {k: int(v) for k, v in numels.items()}   # the first run's grid

@@ -43,6 +43,18 @@ _loaded_kernels: dict[tuple[str, str], Any] = {}   # (source sha, name) -> JIT f
 first_runs = threading.RLock()
 
 
+
+def _new_locks_after_fork() -> None:
+    """A forked child has only the thread that forked: locks held by others (compile pool
+    threads load kernels) would stay held there for ever."""
+    global _modules_lock, first_runs
+    _modules_lock, first_runs = threading.Lock(), threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks_after_fork)
+
+
 # --- loading ------------------------------------------------------------------------------
 
 def _write_if_missing(path: str, text: str) -> None:
