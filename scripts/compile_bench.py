@@ -15,7 +15,7 @@ On a GPU (the default there; about 4 minutes on an H100, under --budget seconds)
   Runs: serial compile (TRITONFUSE_COMPILE_WORKERS=0), the pool as configured by default
   (processes from 8 cores on), then, as the budget allows, the caches left by the pool run
   in a new process (warm), Inductor's cold first call for reference, and the other pool
-  kind (threads or processes). The JSON holds every run; a markdown table goes to stdout.
+  kind (threads or processes); --runs picks some of them. The JSON holds every run; a markdown table goes to stdout.
 
 Offline (no GPU needed; --mode kernels, the default without one):
 
@@ -376,14 +376,21 @@ def first_call(spec: dict) -> dict:
     return result
 
 
-def plan_runs(models: list[str], pool_kinds: list[str], inductor: bool) -> list[dict]:
-    """The runs in the order they are worth having: serial and the default pool for every
-    model first, then warm caches, Inductor (the reference) and the other pool kinds."""
-    runs = [dict(model=m, backend="tritonfuse", pool=pool, cache="cold") for m in models for pool in ("serial", "default")]
-    runs += [dict(model=m, backend="tritonfuse", pool="default", cache="warm") for m in models]
-    if inductor:
+RUN_KINDS = ("serial", "pool", "warm", "inductor", "other-pool")
+
+
+def plan_runs(models: list[str], other_pools: list[str], wanted: set) -> list[dict]:
+    """The `wanted` runs (of RUN_KINDS) in the order they are worth having: serial and the
+    default pool for every model first, then warm caches, Inductor (the reference) and the
+    other pool kinds."""
+    runs = [dict(model=m, backend="tritonfuse", pool=pool, cache="cold") for m in models
+            for kind, pool in (("serial", "serial"), ("pool", "default")) if kind in wanted]
+    if "warm" in wanted:
+        runs += [dict(model=m, backend="tritonfuse", pool="default", cache="warm") for m in models]
+    if "inductor" in wanted:
         runs += [dict(model=m, backend="inductor", pool="-", cache="cold") for m in models]
-    runs += [dict(model=m, backend="tritonfuse", pool=kind, cache="cold") for kind in pool_kinds for m in models]
+    if "other-pool" in wanted:
+        runs += [dict(model=m, backend="tritonfuse", pool=kind, cache="cold") for kind in other_pools for m in models]
     return runs
 
 
@@ -413,7 +420,10 @@ def first_call_bench(args) -> int:
     models = args.models.split(",") if args.models else (["gpt2", "llama"] if has_transformers() else ["mlp", "block"])
     default_kind = "processes" if (os.cpu_count() or 1) >= async_compile.PROCESSES_MIN_CPUS else "threads"
     other_kinds = [k for k in ("threads", "processes") if k != default_kind]
-    runs = plan_runs(models, other_kinds, not args.no_inductor)
+    wanted = set(args.runs.split(","))
+    if not wanted <= set(RUN_KINDS):
+        raise SystemExit(f"--runs: expected some of {', '.join(RUN_KINDS)}")
+    runs = plan_runs(models, other_kinds, wanted)
     report = {"settings": dict(models=models, device=args.device, layers=args.layers, batch=args.batch, seq=args.seq, dtype=args.dtype,
                                autotune=os.environ.get("TRITONFUSE_AUTOTUNE", "default"), budget_s=args.budget,
                                cpus=os.cpu_count(), default_pool=default_kind, python=platform.python_version()),
@@ -485,7 +495,9 @@ def main(argv=None) -> int:
                                     "(default: gpt2,llama with transformers, else mlp,block)")
     p.add_argument("--budget", type=float, default=270, help="first-call mode: seconds for all runs")
     p.add_argument("--min-run", type=float, default=25, help="first-call mode: start no run with less left")
-    p.add_argument("--no-inductor", action="store_true", help="first-call mode: skip Inductor's runs")
+    p.add_argument("--runs", default=",".join(RUN_KINDS),
+                   help="first-call mode: which runs, of " + ", ".join(RUN_KINDS) + " (default: all, the budget "
+                        "allowing; warm reuses the pool run's caches)")
     p.add_argument("--device", default="cuda", help="first-call mode: where the models run (cpu: a smoke test)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--model", default="gpt2", choices=["gpt2", "llama", "mlp", "block"], help="kernels mode")

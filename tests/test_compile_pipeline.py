@@ -351,12 +351,12 @@ def test_compile_bench_counts_a_models_compilations():
 
 
 def test_compile_bench_first_calls_run_end_to_end(tmp_path):
-    """The GPU mode of scripts/compile_bench.py, on the CPU (Triton's interpreter): the
-    serial run's first call gives eager's loss, and each run is reported or skipped."""
+    """The GPU mode of scripts/compile_bench.py, on the CPU (Triton's interpreter): a
+    serial run, in its own process, reports its first call, which gives eager's loss."""
     out = tmp_path / "compile_bench.json"
     proc = subprocess.run([sys.executable, str(COMPILE_BENCH), "--mode", "first-call", "--device", "cpu",
                            "--models", "mlp", "--layers", "1", "--batch", "1", "--seq", "8", "--dtype", "float32",
-                           "--no-inductor", "--budget", "30", "--min-run", "5", "--out", str(out)],
+                           "--runs", "serial", "--budget", "500", "--out", str(out)],
                           capture_output=True, text=True, timeout=600,
                           env=dict(os.environ, TRITONFUSE_CPU_BACKEND="triton"))
     assert proc.returncode == 0, proc.stderr
@@ -364,9 +364,7 @@ def test_compile_bench_first_calls_run_end_to_end(tmp_path):
     serial = report["runs"][0]
     assert (serial["model"], serial["pool"], serial["cache"]) == ("mlp", "serial", "cold"), serial
     assert serial["first_call_s"] > 0 and serial["loss_rel_diff"] < 1e-4, serial
-    assert serial["pool_workers"] == 0 and serial["eager_graphs"] == 0
-    assert all("first_call_s" in run or "skipped" in run or "timed out" in run.get("error", "")
-               for run in report["runs"]), report["runs"]
+    assert serial["pool_workers"] == 0 and serial["eager_graphs"] == 0 and len(report["runs"]) == 1
     assert "| mlp | " in report["table"]
 
 
