@@ -8,6 +8,7 @@ import torch
 
 from tritonfuse import metrics
 from tritonfuse.codegen.backend_interface import BackendScheduling
+from tritonfuse.codegen.common import KERNEL_NAME_PLACEHOLDER, name_kernel
 from tritonfuse.codegen.loops import plan_segments
 from tritonfuse.dependencies import coarsening_groups, plan_and_deps
 
@@ -78,18 +79,21 @@ class CppScheduling(BackendScheduling):
     # ---- code generation --------------------------------------------------------------
     def codegen_node(self, group) -> None:
         internal = self.scheduler.internal_buffers(group)
-        name = self.wrapper.kernel_name("cpp", group.origins)
-        kernel = CppKernel(group, internal, self.graph, name, default_num_threads())
-        source = kernel.generate()
+        kernel = CppKernel(group, internal, self.graph, KERNEL_NAME_PLACEHOLDER, default_num_threads())
+        template = kernel.generate()
         if group.r_numel != 1:
             segments = plan_segments(group.node_layouts())
             loops = sum(1 for s in segments if s.is_loop)
             if loops > 1:
                 metrics.outer_loop_fusions.append(metrics.OuterLoopFusion(loops, len(kernel.local_buffers)))
         call_args = kernel.args.call_order()
-        size_types = ["double" if s.name.startswith("z") else "int64" for s in kernel.size_args]
-        self.kernels.append((name, source, len(call_args), size_types, kernel.checks_division))
-        self.wrapper.add_kernel_source(source)
+        # identical loop nests (one per layer of a model) are one function in the library
+        name, new = self.wrapper.define_kernel_once(template, "cpp", group.origins)
+        if new:
+            source = name_kernel(template, name)
+            size_types = ["double" if s.name.startswith("z") else "int64" for s in kernel.size_args]
+            self.kernels.append((name, source, len(call_args), size_types, kernel.checks_division))
+            self.wrapper.add_kernel_source(source, name)
         self.wrapper.allocate_outputs(group, kernel.internal)
         arguments = [f"{buffer}.data_ptr()" for _, buffer in call_args] + [str(s) for s in kernel.size_args]
         if kernel.checks_division:   # it returns whether an integer division met a zero divisor

@@ -14,6 +14,23 @@ cpu_backend: str = _env("TRITONFUSE_CPU_BACKEND", "cpp")
 # Autotuning of Triton launch configs: "none" (first heuristic config), "default", "max".
 autotune: str = _env("TRITONFUSE_AUTOTUNE", "default")
 
+# Triton kernels compile in the background while the rest of a graph is compiled
+# (runtime/async_compile.py). compile_workers: how many at once (unset: one per CPU core
+# but one; 0: each in the thread that needs it). compile_pool: "threads", "processes" or
+# "auto" (processes from 8 CPU cores on: threads stop scaling at 3-4, held by the GIL).
+def _workers(text: str) -> "int | None":
+    if not text:
+        return None
+    if not text.isdigit():
+        raise ValueError(f"TRITONFUSE_COMPILE_WORKERS={text!r}: expected a count of workers (0: serial)")
+    return int(text)
+
+
+compile_workers: "int | None" = _workers(_env("TRITONFUSE_COMPILE_WORKERS", ""))
+compile_pool: str = _env("TRITONFUSE_COMPILE_POOL", "auto")
+if compile_pool not in ("auto", "threads", "processes"):
+    raise ValueError(f"TRITONFUSE_COMPILE_POOL={compile_pool!r}: expected auto, threads or processes")
+
 # Tune even under TRITON_INTERPRET (normally skipped: interpreted timings mean nothing).
 autotune_under_interpreter: bool = _env("TRITONFUSE_AUTOTUNE_INTERPRET", "0") == "1"
 
