@@ -516,6 +516,8 @@ def test_threads_and_processes_meeting_new_shapes_leave_a_sound_cache(scratch):
 BAD_VALUES = {   # one bad value for every environment variable tritonfuse reads
     "TRITONFUSE_CPU_BACKEND": "gpu-please",
     "TRITONFUSE_AUTOTUNE": "fastest",
+    "TRITONFUSE_COMPILE_WORKERS": "many",
+    "TRITONFUSE_COMPILE_POOL": "gpu",
     "TRITONFUSE_AUTOTUNE_INTERPRET": "sometimes",
     "TRITONFUSE_DEBUG": "verbose",
     "TRITONFUSE_CACHE_DIR": "~no-such-user-tritonfuse/cache",
@@ -562,11 +564,14 @@ def test_settings_parse_their_good_values(tmp_path):
     values, problems = config.from_environment({
         "TRITONFUSE_CPU_BACKEND": "Triton", "TRITONFUSE_AUTOTUNE": "max", "TRITONFUSE_DEBUG": "true",
         "TRITONFUSE_GRAPH_CACHE": "off", "TRITONFUSE_MAX_SHAPE_SPECIALIZATIONS": " 3 ",
+        "TRITONFUSE_COMPILE_WORKERS": "0", "TRITONFUSE_COMPILE_POOL": "Threads",
         "TRITONFUSE_CACHE_DIR": str(tmp_path), "TRITONFUSE_CXXFLAGS": "-DA=1 '-DB=2 3'",
         "XDG_CACHE_HOME": str(tmp_path / "xdg")})
     assert problems == []
     assert values["cpu_backend"] == "triton" and values["autotune"] == "max" and values["debug"] is True
     assert values["graph_cache"] is False and values["max_shape_specializations"] == 3
+    assert values["compile_workers"] == 0 and values["compile_pool"] == "threads"
+    assert config.from_environment({})[0]["compile_workers"] is None     # unset: one per core but one
     assert values["cache_dir"] == str(tmp_path) and values["cxxflags"] == ("-DA=1", "-DB=2 3")
     assert values["autotune_cache_dir"] == str(tmp_path / "xdg" / "tritonfuse" / "autotune")
 
@@ -574,6 +579,7 @@ def test_settings_parse_their_good_values(tmp_path):
 @pytest.mark.parametrize("name,value", [("cpu_backend", "gpu-please"), ("autotune", "fastest"),
                                         ("debug", "yes"), ("max_shape_specializations", -1),
                                         ("max_shape_specializations", "8"), ("cache_dir", ""),
+                                        ("compile_workers", -1), ("compile_pool", "gpu"),
                                         ("cxx", "/nonexistent/g++"), ("graph_cache", 2)])
 def test_bad_assignment_raises_at_the_assignment(name, value):
     before = getattr(config, name)

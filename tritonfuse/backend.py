@@ -55,6 +55,11 @@ def tritonfuse_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     """The Dynamo backend (registered as "tritonfuse" by the package's entry point)."""
     from torch._dynamo.backends.common import aot_autograd
     from .decompositions import decomposition_table
+    with compiling():   # aot_autograd's make_fx trace too: see compile_lock.py
+        return _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_table)
+
+
+def _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_table):
     shortcut = InferenceShortcut(gm, example_inputs)
     backend = aot_autograd(
         fw_compiler=_compiler("forward"),

@@ -69,6 +69,8 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, extra=()) -> str:
     # C++ kernels are generated for the thread count of the moment (graphs with no CPU
     # input may still make CPU tensors); reductions are split for the device's size
     knobs["cpu_threads"] = torch.get_num_threads()
+    # deterministic algorithms turn atomic float sums into fallbacks (lowering/indexing.py)
+    knobs["deterministic"] = torch.are_deterministic_algorithms_enabled()
     knobs["split_targets"] = sorted({(str(t.device), split_reduction_target(t.device))
                                      for t in example_inputs if isinstance(t, torch.Tensor)})
     payload = json.dumps([gm.code, inputs, knobs, _versions(), _code_fingerprints(devices), list(extra)],

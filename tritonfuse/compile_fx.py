@@ -197,7 +197,6 @@ def codegen(graph, scheduler):
     wrapper = scheduler.wrapper
     last_use = scheduler.last_uses()
     keep = scheduler.output_names | set(graph.graph_inputs) | set(graph.constants)
-    names_before = len(metrics.generated_kernels)
     for i, group in enumerate(scheduler.groups):
         if isinstance(group, FallbackNode):
             wrapper.codegen_fallback(group)
@@ -209,7 +208,7 @@ def codegen(graph, scheduler):
         wrapper.free(dead)
     for backend in scheduler.backends.values():
         backend.flush()
-    return wrapper.generate(), wrapper.kernel_sources, metrics.generated_kernels[names_before:]
+    return wrapper.generate(), wrapper.kernel_sources, wrapper.kernel_names
 
 
 def _load_cached(key, gm, example_inputs, graph_id, sizevars):

@@ -64,8 +64,11 @@ class Flag:
 
 
 class Count:
-    def __init__(self, minimum: int):
+    """A whole number >= minimum; `optional`: None (the variable unset) is a value too."""
+
+    def __init__(self, minimum: int, optional: bool = False):
         self.minimum = minimum
+        self.optional = optional
         self.allowed = f"a whole number >= {minimum}"
 
     def parse(self, text: str) -> int:
@@ -74,7 +77,9 @@ class Count:
         except (TypeError, ValueError):
             raise ValueError from None
 
-    def check(self, value: Any) -> int:
+    def check(self, value: Any) -> int | None:
+        if value is None and self.optional:
+            return None
         if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
             raise ValueError
         return value
@@ -173,8 +178,17 @@ KNOBS: dict[str, Knob] = {
         "run by Triton's interpreter"),
     "autotune": Knob(
         "TRITONFUSE_AUTOTUNE", Choice("none", "default", "max"), "default",
-        "candidate Triton launch configs tried at a kernel's first run: the first heuristic "
-        "one only, a few, or many"),
+        "candidate Triton launch configs tried at a kernel's first run: the heuristic's "
+        "config only, a few for kernels of 64k elements or more (raced in short rounds), or "
+        "the full search (for scripts/warmup_autotune.py)"),
+    "compile_workers": Knob(
+        "TRITONFUSE_COMPILE_WORKERS", Count(0, optional=True), None,
+        "Triton compiles at once in the background (runtime/async_compile.py); 0: each in "
+        "the thread that needs it", default_text="one per CPU core but one"),
+    "compile_pool": Knob(
+        "TRITONFUSE_COMPILE_POOL", Choice("auto", "threads", "processes"), "auto",
+        "where background compiles run: auto is worker processes from 8 CPU cores on (threads "
+        "stop scaling at 3-4, held by the GIL), else threads"),
     "autotune_under_interpreter": Knob(
         "TRITONFUSE_AUTOTUNE_INTERPRET", Flag(), False,
         "tune even under Triton's interpreter (interpreted timings mean little)"),
@@ -256,6 +270,8 @@ class _ConfigModule(types.ModuleType):
 
 cpu_backend: str
 autotune: str
+compile_workers: int | None
+compile_pool: str
 autotune_under_interpreter: bool
 debug: bool
 cache_dir: str

@@ -14,6 +14,10 @@ symbolic_graphs          graphs compiled once with symbolic sizes (serving every
 static_specializations   per-shape compiles of graphs that could not be compiled symbolically
 cpp_builds / cpp_build_cache_hits   C++ compilations run / skipped thanks to the build cache
 cache_repairs            cache files found damaged (or failing to load), deleted and rebuilt
+triton_compilations      Triton binaries compiled (one per unique kernel source, config and
+                         argument specialization; Triton's on-disk cache may serve them)
+kernel_dedup_hits        generated kernels identical (but for their name) to one defined
+                         earlier in the graph or compiled earlier in the process: no compile
 
 Compiles write these under the process-wide compile lock (compile_lock.py); work that runs
 at call time, in any thread, counts through ``add``.
@@ -42,11 +46,14 @@ static_specializations = 0
 cpp_builds = 0
 cpp_build_cache_hits = 0
 cache_repairs = 0
+triton_compilations = 0
+kernel_dedup_hits = 0
 
 
 def reset() -> None:
     global generated_kernel_count, fused_node_count, graph_cache_hits, cpp_builds, cpp_build_cache_hits
     global eager_graphs, direct_inference_graphs, symbolic_graphs, static_specializations, cache_repairs
+    global triton_compilations, kernel_dedup_hits
     generated_kernel_count = 0
     symbolic_graphs = 0
     static_specializations = 0
@@ -57,6 +64,8 @@ def reset() -> None:
     cpp_builds = 0
     cpp_build_cache_hits = 0
     cache_repairs = 0
+    triton_compilations = 0
+    kernel_dedup_hits = 0
     generated_kernels.clear()
     cached_kernels.clear()
     fallbacks.clear()

@@ -129,7 +129,7 @@ def _add_sub(op_name, name, a, b, alpha, compute_dtype, result_dtype):
     return make_pointwise(body, [a, b], compute_dtype, result_dtype, origin=name)
 
 
-@register_lowering(aten.div, broadcast=True)
+@register_lowering(aten.div, aten.true_divide, broadcast=True)
 def div(a, b, rounding_mode=None):
     from .registry import promote_types
     if rounding_mode is None:

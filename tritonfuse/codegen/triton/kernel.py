@@ -90,6 +90,7 @@ class TritonKernel:
         self.segments: List[_Segment] = [_Segment(loop=False)]
         self.index_defs: Dict[str, str] = {}  # printed definition -> variable name
         self.mask_stack: List[str] = []
+        self.indirect_bounds: Dict[str, str] = {}   # indirect index variable -> "it is in bounds"
         self.acc_counter = 0
         self.dim_counter = {"x": 0, "r": 0, "y": 0}
         self.size_symbols = set()   # size symbols the kernel reads: parameters of its own
@@ -144,10 +145,7 @@ class TritonKernel:
             for node, x_sizes, r_sizes, kind in seg.layouts:
                 self._set_node(node, x_sizes, r_sizes, kind)
                 with set_ops_handler(self):
-                    if node.is_reduction():
-                        node.buffer.body(self.plan.raw_x, self.plan.raw_r)
-                    else:
-                        node.buffer.body(self.plan.raw_x + self.plan.raw_r, [])
+                    node.buffer.run_body(self.plan.raw_x, self.plan.raw_r)
         self._close_segment()
 
     def _set_node(self, node, x_sizes, r_sizes, kind):
@@ -216,18 +214,20 @@ class TritonKernel:
         """The index as printed; a block of it when it depends on no block variable."""
         text = texpr(index)
         if not any(s.name.startswith(("x", "r", "tmp")) for s in index.free_symbols):
-            if self.tiled:
-                shape = "[YBLOCK, XBLOCK]"
-            elif not self.has_r:
-                shape = "[XBLOCK]"
-            else:
-                shape = "[XBLOCK, RBLOCK]" if self.node_kind == "xr" else "[XBLOCK, 1]"
-            text = f"{text} + tl.zeros({shape}, tl.int32)"
+            text = f"{text} + tl.zeros({self._node_block_shape()}, tl.int32)"
         return text
+
+    def _node_block_shape(self) -> str:
+        """The block the current node's values span."""
+        if self.tiled:
+            return "[YBLOCK, XBLOCK]"
+        if not self.has_r:
+            return "[XBLOCK]"
+        return "[XBLOCK, RBLOCK]" if self.node_kind in ("xr", "scan") else "[XBLOCK, 1]"
 
     def _mask_for(self, index) -> Optional[str]:
         parts = []
-        uses_r = self.node_kind in ("xr", "reduction") and any(s.name.startswith("r") for s in index.free_symbols)
+        uses_r = self._value_over_r() and any(s.name.startswith("r") for s in index.free_symbols)
         if self.needs_ymask:
             parts.append("ymask")
         if self.needs_xmask:
@@ -238,7 +238,7 @@ class TritonKernel:
         return " & ".join(parts) if parts else None
 
     def _value_over_r(self):
-        return self.node_kind in ("xr", "reduction") and self.has_r
+        return self.node_kind in ("xr", "reduction", "scan") and self.has_r
 
     # ---- ops: memory ------------------------------------------------------------------
     def load(self, name, index):
@@ -288,6 +288,31 @@ class TritonKernel:
         else:
             self.out.writeline(line)
 
+    def store_scatter(self, name, index, value, mode):
+        """An indirect write: a plain store, or an atomic read-modify-write (another program
+        may write the same element). Every lane outside the loop nest is masked off, also
+        when the index does not name the dims it varies along, and so is every lane whose
+        index is out of bounds (eager raises there; device_assert is compiled out on GPUs,
+        and a write must never land outside the tensor)."""
+        if name in self.internal:
+            return
+        pointer = self.args.output(name)
+        index = self.kernel_index(index)
+        parts = ["ymask"] * self.needs_ymask + ["xmask"] * self.needs_xmask
+        if self.needs_rmask and self.node_kind in ("xr", "scan"):
+            parts.append("rmask")
+        parts += [self.indirect_bounds[s.name] for s in sorted(index.free_symbols, key=str)
+                  if s.name in self.indirect_bounds]
+        mask = " & ".join(parts + self.mask_stack) or None
+        # the whole block: the index may vary along fewer dims than the value (lanes that
+        # write one element, all of them adding)
+        address = f"{pointer} + tl.broadcast_to({self._pointer_offset(index)}, {self._node_block_shape()})"
+        if mode is None:
+            self.out.writeline(f"tl.store({address}, {value}" + (f", {mask})" if mask else ")"))
+            return
+        mask_arg = f", {mask}" if mask else ""
+        self.out.writeline(f"tl.atomic_{_ATOMIC_OPS[mode]}({address}, {value}{mask_arg}, sem='relaxed')")
+
     def index_expr(self, index, dtype):
         index = self.kernel_index(index)
         if index.is_Integer:
@@ -295,7 +320,10 @@ class TritonKernel:
         text = texpr(index)
         if not index.free_symbols:
             return self.constant(int(index), dtype)
-        expr = f"({text}).to({TRITON_TYPES[dtype]})" if dtype != torch.int32 else f"({text})"
+        if any(s.name.startswith("z") for s in index.free_symbols):   # a float scalar argument
+            expr = f"tl.full([], {text}, {TRITON_TYPES[dtype]})"   # (a Python float in the interpreter)
+        else:
+            expr = f"({text}).to({TRITON_TYPES[dtype]})" if dtype != torch.int32 else f"({text})"
         return self.cse.generate(self.out, expr, dtype, over_r=self._value_over_r())
 
     def indirect_indexing(self, value, size):
@@ -305,6 +333,7 @@ class TritonKernel:
                                     over_r=value.over_r if isinstance(value, CSEVariable) else False)
         mask = " & ".join(["ymask"] * self.needs_ymask + ["xmask"] * self.needs_xmask + self.mask_stack)
         in_bounds = f"(0 <= {wrapped}) & ({wrapped} < {size})"
+        self.indirect_bounds[wrapped.name] = f"({in_bounds})"
         condition = f"{in_bounds} | ~({mask})" if mask else in_bounds
         self.out.writeline(f'tl.device_assert({condition}, "index out of bounds: 0 <= {wrapped} < {size}")')
         return sympy.Symbol(wrapped.name, integer=True)
@@ -400,6 +429,46 @@ class TritonKernel:
             result = self._persistent_reduction(reduction_type, value_text, mask, identity, result_dtype)
         self.cse.cache[key] = result
         return result
+
+    def scan(self, dtype, scan_type, value):
+        """The running ``scan_type`` of ``value`` along the row, inclusive. A persistent
+        kernel scans the whole row at once; a looped one scans each block and combines it
+        with the carried total of the blocks before (lanes past the row's end come last,
+        so they never reach a valid prefix). argmax/argmin scan (value, position) pairs."""
+        helpers = f"tf_helpers.{scan_type}"   # tf_helpers.sum_scan and .sum_total, ...
+        combine = f"tf_helpers.scan_{scan_type}"
+        paired = scan_type in ("argmax", "argmin")
+        value_dtype = compute_dtype(value.dtype if paired else dtype)
+        ttype = TRITON_TYPES[value_dtype]
+        spread = f"tl.full([XBLOCK, RBLOCK], {value}, {ttype})" if isinstance(value, Constant) \
+            else f"tl.broadcast_to({value}, [XBLOCK, RBLOCK]).to({ttype})"
+        v = self.cse.generate(self.out, spread, value_dtype, over_r=True)
+        if paired:
+            position = self.cse.generate(self.out, "tl.broadcast_to(rindex, [XBLOCK, RBLOCK]).to(tl.int64)",
+                                         torch.int64, over_r=True)
+            v = f"{v}, {position}"
+        block = self._scan_parts(f"{helpers}_scan({v}, 1)", paired, value_dtype)
+        if not self.looped:
+            return block[-1]
+        carry = [f"_carry{self.acc_counter}"] + ([f"_carry{self.acc_counter}_index"] if paired else [])
+        self.acc_counter += 1
+        identity = triton_constant(reduction_identity(scan_type, value_dtype), value_dtype)
+        self.segment.pre.writeline(f"{carry[0]} = tl.full([XBLOCK, 1], {identity}, {ttype})")
+        if paired:
+            self.segment.pre.writeline(f"{carry[1]} = tl.zeros([XBLOCK, 1], tl.int64)")
+        carried = ", ".join(carry)
+        result = self._scan_parts(f"{combine}({carried}, {', '.join(map(str, block))})", paired, value_dtype)
+        total = self._scan_parts(f"{helpers}_total({v}, 1)", paired, value_dtype)
+        self.out.writeline(f"{carried} = {combine}({carried}, {', '.join(f'{t}[:, None]' for t in total)})")
+        return result[-1]
+
+    def _scan_parts(self, expr, paired, value_dtype):
+        """``expr``'s result: [value], or [value, position] for a paired scan."""
+        if not paired:
+            return [self.cse.generate(self.out, expr, value_dtype, over_r=True)]
+        parts = [self.cse.new_var(value_dtype, over_r=True), self.cse.new_var(torch.int64, over_r=True)]
+        self.out.writeline(f"{parts[0]}, {parts[1]} = {expr}")
+        return parts
 
     def _welford(self, value):
         """(mean, m2) of ``value`` over the row; shared by welford_mean and welford_m2.
@@ -546,6 +615,8 @@ def _result_dtype(op_name, operands):
             return operand.dtype
     return torch.float32
 
+
+_ATOMIC_OPS = {"sum": "add", "max": "max", "min": "min"}   # store_scatter modes done atomically
 
 _COMBINE = {
     "sum": "{acc} + {value}",
