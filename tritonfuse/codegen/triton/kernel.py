@@ -347,9 +347,9 @@ class TritonKernel:
         identity = triton_constant(reduction_identity(reduction_type, acc_dtype), acc_dtype)
         ttype = TRITON_TYPES[acc_dtype]
         mask = " & ".join((["xmask"] if self.needs_xmask else []) + (["rmask"] if self.needs_rmask else []))
-        value_text = f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])"
+        value_text = _row_block(value)
         if reduction_type in ("any", "all"):
-            value_text = f"tl.broadcast_to(({value}) != 0, [XBLOCK, RBLOCK])"
+            value_text = f"({value_text} != 0)"
         result_dtype = torch.int64 if reduction_type in ("argmax", "argmin") else dtype
         if self.looped:
             result = self._looped_reduction(reduction_type, value_text, mask, identity, ttype, result_dtype)
@@ -365,7 +365,7 @@ class TritonKernel:
         if key in self.cse.cache:
             return self.cse.cache[key]
         mask = " & ".join((["xmask"] if self.needs_xmask else []) + (["rmask"] if self.needs_rmask else []))
-        v = self.cse.generate(self.out, f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])", torch.float32, over_r=True)
+        v = self.cse.generate(self.out, _row_block(value), torch.float32, over_r=True)
         if not self.looped:
             masked = self.cse.generate(self.out, f"tl.where({mask}, {v}, 0.0)" if mask else str(v), torch.float32,
                                        over_r=True)
@@ -404,7 +404,7 @@ class TritonKernel:
         if key in self.cse.cache:
             return self.cse.cache[key]
         mask = " & ".join((["xmask"] if self.needs_xmask else []) + (["rmask"] if self.needs_rmask else []))
-        v = self.cse.generate(self.out, f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])", torch.float32, over_r=True)
+        v = self.cse.generate(self.out, _row_block(value), torch.float32, over_r=True)
         if mask:
             v = self.cse.generate(self.out, f'tl.where({mask}, {v}, float("-inf"))', torch.float32, over_r=True)
         if not self.looped:
@@ -474,6 +474,14 @@ class TritonKernel:
 class Constant(CSEVariable):
     """A literal; ``value`` is the python number it prints."""
     value: object = 0
+
+
+def _row_block(value) -> str:
+    """``value`` as an [XBLOCK, RBLOCK] block for a reduction: a literal (sum(ones)) is
+    not a tensor that tl.broadcast_to takes, so it becomes a tl.full."""
+    if isinstance(value, Constant):
+        return f"tl.full([XBLOCK, RBLOCK], {value}, {TRITON_TYPES[compute_dtype(value.dtype)]})"
+    return f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])"
 
 
 def _cast_python(value, dtype):
