@@ -33,6 +33,8 @@ INCLUDE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "include"
 # -funsafe-math-optimizations, -fassociative-math): eager's NaN/Inf/-0 semantics must hold.
 # -ffp-contract=off: a*b+c in generated code rounds twice, like eager's separate ops
 # (the vector header asks for FMA explicitly where it wants one).
+# -fwrapv: signed integer arithmetic wraps as two's complement, like eager; without it
+# -O3 folds (x * 4) / 4 to x (signed overflow is undefined behaviour), vectors included.
 _BASE_FLAGS = [
     "-O3",
     "-std=c++17",
@@ -43,6 +45,7 @@ _BASE_FLAGS = [
     "-fno-math-errno",
     "-fno-strict-aliasing",
     "-ffp-contract=off",
+    "-fwrapv",
     "-Wno-unused-variable",
     "-Wno-unused-but-set-variable",
     "-Wno-unused-function",
@@ -339,19 +342,21 @@ class KernelCallable(ctypes._CFuncPtr):
     It *is* the ctypes function pointer (a subclass, argtypes set once), so a call costs
     exactly one ctypes foreign call, with no Python-level wrapper frame in between.
     ``argtypes`` may replace the all-``c_void_p`` default (e.g. ``ctypes.c_int64`` for a
-    size argument)."""
+    size argument). ``returns_int``: the function returns an ``int`` (kernels with integer
+    divisions return whether one met a zero divisor)."""
 
     _flags_ = ctypes._FUNCFLAG_CDECL
     _restype_ = None
 
-    def __new__(cls, lib: ctypes.CDLL, name: str, num_args: int | None = None, argtypes=None):
+    def __new__(cls, lib: ctypes.CDLL, name: str, num_args: int | None = None, argtypes=None,
+                returns_int: bool = False):
         self = super().__new__(cls, (name, lib))
         if argtypes is None:
             if num_args is None:
                 raise TypeError("KernelCallable needs num_args or argtypes")
             argtypes = [ctypes.c_void_p] * num_args
         self.argtypes = list(argtypes)
-        self.restype = None
+        self.restype = ctypes.c_int if returns_int else None
         self.kernel_name = name
         return self
 

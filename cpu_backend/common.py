@@ -17,6 +17,8 @@ UNROLL = 2                   # vector chunks per step of an inner reduction loop
 # compile-time extents measured fastest inside a torch process on the 2-core EPYC, where
 # larger tiles (32..128, quicker in a standalone loop) ran 1.5-2x slower.
 TILE_ROWS, TILE_COLS = 16, 16
+# Where a kernel's signature takes its size symbols (filled in once its body is known).
+SIZE_PARAMS = "/*size params*/"
 
 
 STORAGE_TYPES = {
@@ -39,6 +41,8 @@ def ctype(dtype) -> str:
 
 class CppPrinter(IndexPrinter):
     floordiv_op = "/"
+    min_function = "std::min<int64_t>"
+    max_function = "std::max<int64_t>"
 
 
 class CppVectorIndexPrinter(CppPrinter):

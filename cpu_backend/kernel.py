@@ -21,6 +21,7 @@ Inner vector loops are written once as a generic lambda instantiated for full ve
 and for the tail (TAIL=true: partial loads/stores, reductions fill missing lanes with
 their identity).
 """
+import re
 from typing import Optional
 
 import sympy
@@ -33,12 +34,12 @@ from tritonfuse.dependencies import plan_and_deps, refine_dep, refine_plan
 from tritonfuse.virtualized import set_ops_handler
 
 from .common import (
-    HALF_TYPES, TILE_COLS, CppVar, _cast_python, _stride, _vector_printer, cexpr, compute_dtype, cpp_constant,
-    ctype,
+    HALF_TYPES, SIZE_PARAMS, TILE_COLS, CppVar, _cast_python, _stride, _vector_printer, cexpr, compute_dtype,
+    cpp_constant, ctype,
 )
 from .loop_nest import CppLoopNest
 from .outer_reduction import CppOuterReductions
-from .overrides import CPP_OPS, cpp_op, cpp_result_dtype
+from .overrides import CPP_CHECKED_DIVISION, CPP_OPS, cpp_op, cpp_result_dtype, is_integer
 from .reductions import CppReductions
 
 class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
@@ -53,10 +54,11 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
         plans = {node.name: plan_and_deps(node.buffer, xs, rs)[0] for node, xs, rs, _ in layouts}
         finest = max((plan.x_sizes for plan in plans.values()), key=len)   # see CppScheduling._same_loop_nest
         self.plans = {name: refine_plan(plan, finest) for name, plan in plans.items()}
-        self.x_sizes = [sym.to_int(s) for s in finest]
+        self.x_sizes = [sym.sint(s) for s in finest]      # sympy: symbolic under dynamic shapes
         r_plans = [self.plans[n.name] for n, _, _, kind in layouts if kind != "x"]
-        self.r_sizes = [sym.to_int(s) for s in r_plans[0].r_sizes] if r_plans else []
-        self.is_reduction = group.r_numel > 1
+        self.r_sizes = [sym.sint(s) for s in r_plans[0].r_sizes] if r_plans else []
+        self.is_reduction = group.r_numel != 1
+        self.size_args = []       # size symbols the kernel takes as arguments (after generate)
         self.segments = plan_segments(layouts) if self.is_reduction else [Segment(0, False, layouts)]
         crossing = buffers_crossing_loops(self.segments)
         self.local_buffers = {n: f"local_{n}" for n in sorted(crossing & set(internal))}
@@ -81,6 +83,7 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
         self.acc_counter = 0
         self.plan = None
         self.node_kind = None
+        self.checks_division = False   # an integer division: the kernel returns zero_division
 
     # ---- analysis ---------------------------------------------------------------------
     def _choose_vector_axis(self, layouts):
@@ -118,6 +121,10 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
 
     # ---- driving ----------------------------------------------------------------------
     def generate(self) -> str:
+        source = self._with_size_params(self._generate())
+        return _returning_zero_division(source, self.name) if self.checks_division else source
+
+    def _generate(self) -> str:
         if self._rows_outer_reduction():
             return self._generate_rows_outer_reduction()
         if self._split_full_reduction():
@@ -131,6 +138,13 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
                 self._emit_segment(body, seg)
         return self._function(body)
 
+    def _with_size_params(self, source: str) -> str:
+        """The size symbols the generated code mentions become parameters after the
+        pointers (``const int64_t s0``; ``double`` for a float scalar such as ``zuf0``)."""
+        found = {symbol for symbol in self.graph.symbol_sources if re.search(rf"\b{symbol}\b", source)}
+        self.size_args = sorted(found, key=lambda s: (len(s.name), s.name))
+        params = "".join(f", const {'double' if s.name.startswith('z') else 'int64_t'} {s}" for s in self.size_args)
+        return source.replace(SIZE_PARAMS, params)
 
     def _run_node(self, node, x_sizes, r_sizes, kind):
         self.plan = self.plans[node.name]
@@ -297,7 +311,7 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
     def _local_index(self) -> sympy.Expr:
         """Flat index of the current r position inside one row."""
         flat = sympy.Integer(0)
-        for i, stride in enumerate(sym.contiguous_strides([sympy.Integer(s) for s in self.r_sizes])):
+        for i, stride in enumerate(sym.contiguous_strides(self.r_sizes)):
             flat = flat + sympy.Symbol(f"r{i}", integer=True, nonnegative=True) * stride
         return flat
 
@@ -360,7 +374,7 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
         return self._emit(f"tf::convert<{ctype(dtype)}>({self._vector_index(index)})", dtype, True)
 
     def indirect_indexing(self, value, size):
-        size = sym.to_int(size)
+        size = cexpr(sympy.sympify(size))
         wrapped = self._emit(f"tf::where({value} < {ctype(value.dtype)}(0), {value} + {ctype(value.dtype)}({size}), "
                              f"{value})", value.dtype, value.vec)
         if wrapped.dtype != torch.int64:
@@ -405,8 +419,10 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
             raise AttributeError(f"the C++ backend has no op {name!r}")
 
         def emit(*operands):
-            template = cpp_op(name, operands[0].dtype)
+            if name in CPP_CHECKED_DIVISION and is_integer(operands[0].dtype):
+                return self._checked_division(name, operands)
             vec = any(o.vec for o in operands)
+            template = cpp_op(name, operands[0].dtype, vec)
             if (name == "truediv" and vec and not operands[1].vec and operands[1].dtype.is_floating_point
                     and operands[0].dtype == operands[1].dtype):
                 # a vector divided by a row-wise scalar (softmax, norms): multiply by the
@@ -420,5 +436,31 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
             dtype = cpp_result_dtype(name, operands)
             return self._emit(template.format(*texts), dtype, vec)
         return emit
+
+    def _checked_division(self, name, operands) -> CppVar:
+        """Integer / or %: a zero divisor in a lane that holds an element (not a tail lane,
+        not masked off) sets the kernel's zero_division flag."""
+        self.checks_division = True
+        mask = self._mask()
+        vec = any(o.vec for o in operands) or (mask is not None and mask.vec)
+        if vec:
+            active = "tf::active_lanes<TAIL>(count)"
+            if mask is not None:
+                active = f"({active} & {self._vec_if(mask, True)})"
+        else:
+            active = str(mask) if mask is not None else "true"
+        texts = [self._vec_if(o, vec) for o in operands]
+        return self._emit(CPP_CHECKED_DIVISION[name].format(*texts, active=active), operands[0].dtype, vec)
+
+
+def _returning_zero_division(source: str, name: str) -> str:
+    """``extern "C" void name(...) {body}`` -> ``extern "C" int name(...)`` that declares the
+    zero_division flag its integer divisions set, and returns it."""
+    head, newline, rest = source.partition("\n")
+    assert head.startswith(f'extern "C" void {name}(') and rest.rstrip().endswith("}"), head
+    head = head.replace(f'extern "C" void {name}(', f'extern "C" int {name}(', 1)
+    body = rest.rstrip()[:-1]
+    return (f"{head}\n    int zero_division = 0;   // set by an integer division by zero\n"
+            f"{body}    return zero_division;\n}}\n")
 
 

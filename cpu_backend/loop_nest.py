@@ -5,10 +5,11 @@ import math
 
 import sympy
 
+from tritonfuse import sym
 from tritonfuse.codegen.common import IndentedBuffer
 
 from . import common
-from .common import HALF_TYPES, STORAGE_TYPES, TILE_COLS, TILE_ROWS, _stride, cexpr, ctype
+from .common import HALF_TYPES, SIZE_PARAMS, STORAGE_TYPES, TILE_COLS, TILE_ROWS, _stride, cexpr, ctype
 
 SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")   # reductions whose partials combine exactly
 
@@ -28,7 +29,7 @@ class CppLoopNest:
                 self.code = inner
                 inner.splice(self.pre)
                 for i, size in enumerate(self.r_sizes):
-                    inner.writeline(f"for (int64_t r{i} = 0; r{i} < {size}; ++r{i}) {{")
+                    inner.writeline(f"for (int64_t r{i} = 0; r{i} < {cexpr(size)}; ++r{i}) {{")
                     inner._indent += 1
                 inner.splice(loop_body)
                 for _ in self.r_sizes:
@@ -63,10 +64,13 @@ class CppLoopNest:
         measured ~1.5x faster than the general form; edge blocks take the general form."""
         k = len(self.x_sizes) - 1
         rows, cols = self.x_sizes[k - 1], self.x_sizes[k]
+        whole = sym.is_static(rows) and sym.is_static(cols) and \
+            sym.to_int(rows) % TILE_ROWS == 0 and sym.to_int(cols) % TILE_COLS == 0
+        rows, cols = cexpr(rows), cexpr(cols)
         out.writeline(f"for (int64_t x{k - 1}_tile = 0; x{k - 1}_tile < {rows}; x{k - 1}_tile += {TILE_ROWS}) {{")
         out.writeline(f"for (int64_t x{k}_tile = 0; x{k}_tile < {cols}; x{k}_tile += {TILE_COLS}) {{")
         with out.indent():
-            if rows % TILE_ROWS == 0 and cols % TILE_COLS == 0:
+            if whole:
                 self._emit_tile(out, inner, full=True)
             else:
                 out.writeline(f"const int64_t x{k - 1}_end = std::min<int64_t>(x{k - 1}_tile + {TILE_ROWS}, {rows});")
@@ -108,9 +112,10 @@ class CppLoopNest:
         if split_among_threads and len(names) > 1:
             out.writeline("#pragma omp for schedule(static)")
         for name, size in zip(names[:-1], self.r_sizes[:-1]):
-            out.writeline(f"for (int64_t {name} = 0; {name} < {size}; ++{name}) {{")
+            out.writeline(f"for (int64_t {name} = 0; {name} < {cexpr(size)}; ++{name}) {{")
             out._indent += 1
-        var, size = names[-1], self.r_sizes[-1]
+        var, size_expr = names[-1], self.r_sizes[-1]
+        size = cexpr(size_expr)
         out.writeline(f"auto body = [&](int64_t {var}, int count, auto tail, auto slot) TF_INLINE_LAMBDA {{")
         with out.indent():
             out.writeline("constexpr bool TAIL = decltype(tail)::value;")
@@ -129,7 +134,7 @@ class CppLoopNest:
             end = f"{var}_end"
         else:
             out.writeline(f"int64_t {var}_start = 0;")
-        if common.UNROLL > 1 and size >= common.UNROLL * 4:
+        if common.UNROLL > 1 and sym.hint(size_expr) >= common.UNROLL * 4:
             step = f"{common.UNROLL} * tf::kVecLanes"
             out.writeline(f"for (; {var}_start + {step} <= {end}; {var}_start += {step}) {{")
             with out.indent():
@@ -143,7 +148,7 @@ class CppLoopNest:
         with out.indent():
             out.writeline(f"body({var}_start, tf::kVecLanes, std::false_type{{}}, std::integral_constant<int, 0>{{}});")
         out.writeline("}")
-        if size % 16:   # kVecLanes divides 16
+        if not sym.is_static(size_expr) or sym.to_int(size_expr) % 16:   # kVecLanes divides 16
             out.writeline(f"if ({var}_start < {end}) body({var}_start, int({end} - {var}_start), std::true_type{{}}, "
                           f"std::integral_constant<int, 0>{{}});")
         for _ in names[:-1]:
@@ -157,14 +162,16 @@ class CppLoopNest:
         if vector_dim is None:
             vector_dim = ("r", len(sizes) - 1, sizes[-1])
             names, sizes = names[:-1], sizes[:-1]
-        prefix, index, size = vector_dim
+        prefix, index, size_expr = vector_dim
         var = f"{prefix}{index}"
+        size = cexpr(size_expr)
         for name, s in zip(names, sizes):
-            out.writeline(f"for (int64_t {name} = 0; {name} < {s}; ++{name}) {{")
+            out.writeline(f"for (int64_t {name} = 0; {name} < {cexpr(s)}; ++{name}) {{")
             out._indent += 1
         out.writeline(f"for (int64_t {var} = 0; {var} < {size}; {var} += tf::kVecLanes) {{")
         with out.indent():
-            full = size % 16 == 0 and size >= 64   # kVecLanes divides 16: never a tail
+            # kVecLanes divides 16: never a tail
+            full = sym.is_static(size_expr) and sym.to_int(size_expr) % 16 == 0 and sym.to_int(size_expr) >= 64
             self._emit_chunk(out, inner, "tf::kVecLanes" if full else
                              f"{size} - {var} < tf::kVecLanes ? int({size} - {var}) : tf::kVecLanes")
         out.writeline("}")
@@ -176,8 +183,8 @@ class CppLoopNest:
     def _split_full_reduction(self) -> bool:
         if self.axis != "r" or self.x_sizes or not self.is_reduction or self.local_buffers:
             return False
-        work = self.group.x_numel * self.group.r_numel
-        if self.num_threads <= 1 or work < common.PARALLEL_THRESHOLD:
+        work = sym.hint(self.group.x_numel * self.group.r_numel)
+        if self.num_threads <= 1 or work < common.PARALLEL_THRESHOLD or not sym.is_static(self.group.r_numel):
             return False
         first, rest = self.segments[0], self.segments[1:]
         if not first.is_loop or any(seg.is_loop for seg in rest):
@@ -248,7 +255,7 @@ class CppLoopNest:
             dtype = self.graph.name_to_buffer[buffer].get_dtype()
             const = "const " if param.startswith("in_") else ""
             params.append(f"{const}{STORAGE_TYPES[dtype]}* __restrict__ {param}")
-        return ", ".join(params)
+        return ", ".join(params) + SIZE_PARAMS
 
     def _function(self, body: IndentedBuffer) -> str:
         code = IndentedBuffer()
@@ -256,21 +263,23 @@ class CppLoopNest:
         with code.indent():
             outer_names = [f"x{i}" for i in range(len(self.x_sizes))]
             outer_sizes = list(self.x_sizes)
+            hints = [sym.hint(s) for s in self.x_sizes]
+            outer_hint = math.prod(hints[:-2 if self.tiled else -1 if self.axis == "x" else len(hints)])
             if self.tiled:
                 outer_names, outer_sizes = outer_names[:-2], outer_sizes[:-2]
-                tiles = -(-self.x_sizes[-2] // TILE_ROWS) * -(-self.x_sizes[-1] // TILE_COLS)
-                outer_count = (math.prod(outer_sizes) if outer_sizes else 1) * tiles
+                outer_count = outer_hint * -(-hints[-2] // TILE_ROWS) * -(-hints[-1] // TILE_COLS)
             elif self.axis == "x":
                 outer_names, outer_sizes = outer_names[:-1], outer_sizes[:-1]
-                chunks = -(-self.x_sizes[-1] // 16)
-                outer_count = (math.prod(outer_sizes) if outer_sizes else 1) * chunks
+                outer_count = outer_hint * -(-hints[-1] // 16)
             else:
-                outer_count = math.prod(outer_sizes) if outer_sizes else 1
+                outer_count = outer_hint
             work = self.group.x_numel * self.group.r_numel
-            parallel = self.num_threads > 1 and work >= common.PARALLEL_THRESHOLD and outer_count > 1
+            parallel = self.num_threads > 1 and outer_count > 1 and sym.hint(work) >= common.PARALLEL_THRESHOLD
+            # under symbolic sizes the threads start only when the actual work is enough
+            condition = "" if sym.is_static(work) else f" if({cexpr(work)} >= {common.PARALLEL_THRESHOLD})"
             loops = len(outer_names) + (2 if self.tiled else 1 if self.axis == "x" else 0)
             if parallel:
-                code.writeline(f"#pragma omp parallel num_threads({self.num_threads})")
+                code.writeline(f"#pragma omp parallel num_threads({self.num_threads}){condition}")
                 code.writeline("{")
                 code._indent += 1
             self._declare_local_buffers(code)
@@ -278,7 +287,7 @@ class CppLoopNest:
                 collapse = f" collapse({loops})" if loops > 1 else ""
                 code.writeline(f"#pragma omp for{collapse} schedule(static)")
             for name, size in zip(outer_names, outer_sizes):
-                code.writeline(f"for (int64_t {name} = 0; {name} < {size}; ++{name}) {{")
+                code.writeline(f"for (int64_t {name} = 0; {name} < {cexpr(size)}; ++{name}) {{")
                 code._indent += 1
             code.splice(body)
             for _ in outer_names:
@@ -291,7 +300,7 @@ class CppLoopNest:
         return code.getvalue()
 
     def _declare_local_buffers(self, code):
-        row = math.prod(self.r_sizes) if self.r_sizes else 1
+        row = cexpr(sym.product(self.r_sizes))
         for name, local in self.local_buffers.items():
             t = ctype(self.graph.name_to_buffer[name].get_dtype())
             code.writeline(f"tf::LocalBuffer<{t}> {local}_storage({row});  // one row of {name}, per thread")

@@ -43,6 +43,8 @@ class CppOuterReductions:
         """An outer reduction whose loop holds only sum/prod/max/min/any/all nodes."""
         if self.axis != "x" or not self.is_reduction or not self.segments[0].is_loop:
             return False
+        if not all(sym.is_static(s) for s in self.x_sizes):   # accumulator rows are sized statically
+            return False
         if len(self.segments) > 2 or any(s.is_loop for s in self.segments[1:]):
             return False
         for node, _, _, kind in self.segments[0].layouts:
@@ -53,7 +55,8 @@ class CppOuterReductions:
     def _row_block_width(self, threads: int):
         """Columns per block of the last row dim, or None when the blocks cannot keep
         ``threads`` threads busy (then partial rows split the reduction instead)."""
-        outer, last = math.prod(self.x_sizes[:-1]), self.x_sizes[-1]
+        sizes = [sym.to_int(s) for s in self.x_sizes]
+        outer, last = math.prod(sizes[:-1]), sizes[-1]
         accumulators = len(self.segments[0].layouts)   # one per reduction node, <= 8 bytes each
         widest = max(BLOCK_ALIGN, min(MAX_BLOCK, MAX_ROWS_BYTES // (8 * accumulators)) // BLOCK_ALIGN * BLOCK_ALIGN)
         most_blocks = max(1, -(-last // BLOCK_ALIGN))
@@ -68,7 +71,7 @@ class CppOuterReductions:
         return min(last, -(-width // BLOCK_ALIGN) * BLOCK_ALIGN)
 
     def _generate_rows_outer_reduction(self) -> str:
-        work = self.group.x_numel * self.group.r_numel
+        work = sym.hint(self.group.x_numel * self.group.r_numel)
         threads = self.num_threads if (self.num_threads > 1 and work >= common.PARALLEL_THRESHOLD) else 1
         self.block_width = self._row_block_width(threads)
         self.partials = []                  # (accumulator name, C type, identity, combine)
@@ -98,7 +101,7 @@ class CppOuterReductions:
 
     # ---- the two forms ------------------------------------------------------------------
     def _emit_row_blocks(self, code, loop_body, epilogue, threads):
-        width, last = self.block_width, self.x_sizes[-1]
+        width, last = self.block_width, sym.to_int(self.x_sizes[-1])
         k = len(self.x_sizes) - 1
         whole = last % width == 0 and width % BLOCK_ALIGN == 0   # no block has a tail
         code.writeline(f"#pragma omp parallel num_threads({threads})" if threads > 1 else "{")
@@ -125,7 +128,7 @@ class CppOuterReductions:
             for acc, _, identity, _ in self.partials:
                 code.writeline(f"for (int64_t i = 0; i < {width}; ++i) {acc}_row[i] = {identity};")
             for i, size in enumerate(self.r_sizes):
-                code.writeline(f"for (int64_t r{i} = 0; r{i} < {size}; ++r{i}) {{")
+                code.writeline(f"for (int64_t r{i} = 0; r{i} < {cexpr(size)}; ++r{i}) {{")
                 code._indent += 1
             self._emit_block_chunks(code, loop_body, k, whole)
             for _ in self.r_sizes:
@@ -146,7 +149,7 @@ class CppOuterReductions:
         code.writeline("}")
 
     def _emit_partial_rows(self, code, loop_body, epilogue, threads):
-        code.writeline(f"constexpr int64_t kRows = {math.prod(self.x_sizes)};   // accumulator row: one slot per output")
+        code.writeline(f"constexpr int64_t kRows = {cexpr(sym.product(self.x_sizes))};   // accumulator row: one slot per output")
         code.writeline(f"const int nthreads = {threads};")
         code.writeline("int nteam = 1;   // the threads OpenMP gives (OMP_THREAD_LIMIT, OMP_DYNAMIC: maybe fewer)")
         for acc, t, _, _ in self.partials:
@@ -165,7 +168,7 @@ class CppOuterReductions:
                 collapse = f" collapse({len(self.r_sizes)})" if len(self.r_sizes) > 1 else ""
                 code.writeline(f"#pragma omp for{collapse} schedule(static)")
             for i, size in enumerate(self.r_sizes):
-                code.writeline(f"for (int64_t r{i} = 0; r{i} < {size}; ++r{i}) {{")
+                code.writeline(f"for (int64_t r{i} = 0; r{i} < {cexpr(size)}; ++r{i}) {{")
                 code._indent += 1
             self._emit_x_chunks(code, loop_body)
             for _ in self.r_sizes:
@@ -203,6 +206,6 @@ class CppOuterReductions:
         return result
 
     def _x_flat(self) -> str:
-        strides = sym.contiguous_strides([sympy.Integer(s) for s in self.x_sizes])
+        strides = sym.contiguous_strides(self.x_sizes)
         return cexpr(sum((sympy.Symbol(f"x{i}", integer=True) * st for i, st in enumerate(strides)),
                          sympy.Integer(0)))

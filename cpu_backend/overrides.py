@@ -5,6 +5,8 @@ import torch
 
 from tritonfuse.ops_table import BOOL, PRIMITIVES
 
+from .common import STORAGE_TYPES
+
 CPP_OPS = {
     "neg": "(-{0})",
     "abs": "tf::abs({0})",
@@ -56,14 +58,43 @@ CPP_OPS = {
 }
 
 
-# integer spellings that differ from the floating-point ones
-CPP_INTEGER_OPS = {"mod": "({0} % {1})", "abs": "tf::where({0} < 0, -{0}, {0})"}
+# ---- integers: eager's semantics (cpu_backend/include/tf_int.h) ------------------------
+# Spellings that differ from the floating-point ones. Shifts by amounts < 0 or >= the bit
+# width give what eager gives (C++ leaves them undefined).
+CPP_INTEGER_OPS = {
+    "abs": "tf::where({0} < 0, -{0}, {0})",
+    "lshift": "tf::shift_left({0}, {1})",
+    "rshift": "tf::shift_right({0}, {1})",
+}
+
+# Integer division and remainder (truncating, like C), spelled by the kernel with the
+# lanes that hold elements ({active}: tails and masked-off lanes excluded): a zero divisor
+# there sets the kernel's zero_division flag, and the wrapper raises eager's error.
+# INT_MIN / -1 wraps; nothing traps.
+CPP_CHECKED_DIVISION = {
+    "truncdiv": "tf::div_trunc({0}, {1}, {active}, zero_division)",
+    "mod": "tf::mod_trunc({0}, {1}, {active}, zero_division)",
+}
+
+# C++ computes scalar int8/int16/uint8 arithmetic in int: these results are wrapped back
+# to the dtype (vector lanes already hold it). Kernels are built with -fwrapv, so
+# int32/int64 arithmetic wraps as two's complement, as eager's does.
+NARROW_INTEGER_TYPES = {torch.int8, torch.int16, torch.uint8}
+WRAPPED_INTEGER_OPS = {"neg", "abs", "add", "sub", "mul", "bitwise_not", "bitwise_and", "bitwise_or",
+                       "bitwise_xor", "lshift", "rshift"}
 
 
-def cpp_op(op_name, dtype):
-    if not dtype.is_floating_point and op_name in CPP_INTEGER_OPS:
-        return CPP_INTEGER_OPS[op_name]
-    return CPP_OPS.get(op_name)
+def is_integer(dtype) -> bool:
+    return not dtype.is_floating_point and dtype != torch.bool
+
+
+def cpp_op(op_name, dtype, vec=False):
+    if not is_integer(dtype):
+        return CPP_OPS.get(op_name)
+    template = CPP_INTEGER_OPS.get(op_name, CPP_OPS.get(op_name))
+    if not vec and dtype in NARROW_INTEGER_TYPES and op_name in WRAPPED_INTEGER_OPS:
+        return f"tf::wrap<{STORAGE_TYPES[dtype]}>({template})"
+    return template
 
 
 def cpp_result_dtype(op_name, operands):

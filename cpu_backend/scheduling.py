@@ -29,7 +29,7 @@ class CppScheduling(BackendScheduling):
 
     def __init__(self, scheduler, wrapper, graph):
         super().__init__(scheduler, wrapper, graph)
-        self.kernels = []   # (name, source, number of pointer args)
+        self.kernels = []   # (name, source, pointer args, size arg types, returns zero_division)
         self.library = None
 
     # ---- fusion rules -----------------------------------------------------------------
@@ -59,26 +59,40 @@ class CppScheduling(BackendScheduling):
         name = self.wrapper.kernel_name("cpp", group.origins)
         kernel = CppKernel(group, internal, self.graph, name, default_num_threads())
         source = kernel.generate()
-        if group.r_numel > 1:
+        if group.r_numel != 1:
             segments = plan_segments(group.node_layouts())
             loops = sum(1 for s in segments if s.is_loop)
             if loops > 1:
                 metrics.outer_loop_fusions.append(metrics.OuterLoopFusion(loops, len(kernel.local_buffers)))
         call_args = kernel.args.call_order()
-        self.kernels.append((name, source, len(call_args)))
+        size_types = ["double" if s.name.startswith("z") else "int64" for s in kernel.size_args]
+        self.kernels.append((name, source, len(call_args), size_types, kernel.checks_division))
         self.wrapper.add_kernel_source(source)
         self.wrapper.allocate_outputs(group, kernel.internal)
-        pointers = ", ".join(f"{buffer}.data_ptr()" for _, buffer in call_args)
-        self.wrapper.writeline(f"{name}({pointers})")
+        arguments = [f"{buffer}.data_ptr()" for _, buffer in call_args] + [str(s) for s in kernel.size_args]
+        if kernel.checks_division:   # it returns whether an integer division met a zero divisor
+            self.wrapper.writeline(f"if {name}({', '.join(arguments)}):")
+            self.wrapper.writeline("    raise_integer_division_by_zero()")
+        else:
+            self.wrapper.writeline(f"{name}({', '.join(arguments)})")
         metrics.record_kernel(name)
 
     def flush(self) -> None:
         if not self.kernels:
             return
-        source = HEADER + "\n" + "\n".join(src for _, src, _ in self.kernels)
+        source = HEADER + "\n" + "\n".join(src for _, src, *_ in self.kernels)
         lines = ["from cpu_backend.build import KernelCallable, load_kernel_library",
                  "cpp_library = load_kernel_library('''" + source.replace("\\", "\\\\") + "''')"]
-        for name, _, nargs in self.kernels:
-            lines.append(f"{name} = KernelCallable(cpp_library, {name!r}, {nargs})")
+        if any(checks for *_, checks in self.kernels):
+            lines.append("from tritonfuse.runtime.integer_errors import raise_integer_division_by_zero")
+        for name, _, nargs, size_types, checks in self.kernels:
+            returns = ", returns_int=True" if checks else ""
+            if size_types:   # sizes (int64) and float scalars (double) after the pointers
+                types = ", ".join(["ctypes.c_void_p"] * nargs + [f"ctypes.c_{t}" for t in size_types])
+                lines.append(f"{name} = KernelCallable(cpp_library, {name!r}, argtypes=[{types}]{returns})")
+            else:
+                lines.append(f"{name} = KernelCallable(cpp_library, {name!r}, {nargs}{returns})")
+        if any(size_types for _, _, _, size_types, _ in self.kernels):
+            lines.insert(0, "import ctypes")
         self.wrapper.define_raw("\n".join(lines) + "\n")
 

@@ -1,11 +1,17 @@
-"""Graphs with dynamic shapes: one static compile per input shape (tritonfuse/specialize.py),
-forward and backward, the same answers as eager."""
+"""Dynamic shapes: a graph Dynamo hands over with symbolic sizes is compiled once, with its
+sizes as runtime values, and serves every size: forward and backward, the same answers as
+eager. Sizes 0/1 specialize as Dynamo decides; a graph that cannot be compiled
+symbolically falls back to one compile per input shape, and past a cap to eager, counted."""
 import logging
 
+import pytest
 import torch
 
 import tritonfuse
 from common import assert_same, rand
+
+# sizes that are primes, not multiples of any block, and a power of two
+LENGTHS = (7, 33, 13, 64, 97)
 
 
 def _model(x, w):
@@ -13,11 +19,11 @@ def _model(x, w):
     return (h * torch.sigmoid(x[:, :1])).sum(0), h.reshape(x.shape[0] * 2, -1).mean(-1)
 
 
-def test_dynamic_true_compiles_each_shape_once(device):
+def test_one_symbolic_compile_serves_every_length_in_training(device):
     w = rand(8, 16, device=device).requires_grad_()
     compiled = torch.compile(_model, backend="tritonfuse", dynamic=True)
-    kernels_after_first = None
-    for rows in (3, 5, 11, 5):
+    kernels = []
+    for rows in LENGTHS:
         x = rand(rows, 8, device=device).requires_grad_()
         actual = compiled(x, w)
         sum(o.sum() for o in actual).backward()
@@ -28,46 +34,112 @@ def test_dynamic_true_compiles_each_shape_once(device):
         assert_same(actual, expected, atol=1e-5, rtol=1e-4)
         assert_same(grads, (x.grad, w.grad), atol=1e-5, rtol=1e-4)
         w.grad = None
-        if rows == 3:
-            kernels_after_first = tritonfuse.metrics.generated_kernel_count
+        kernels.append(tritonfuse.metrics.generated_kernel_count)
+    metrics = tritonfuse.metrics
+    assert metrics.eager_graphs == 0 and metrics.static_specializations == 0
+    assert metrics.symbolic_graphs == 2           # the forward and the backward, once each
+    assert kernels[0] > 0 and len(set(kernels)) == 1, kernels   # no kernel generated after the first length
+
+
+def _norm_and_reduce(x, y):
+    z = torch.nn.functional.layer_norm(x * 2, x.shape[-1:]) + y[: x.shape[0], None]
+    return z.sum(0), torch.softmax(z, 0).amax(-1), z.var(-1)
+
+
+@pytest.mark.parametrize("dynamic_dim", ["rows", "both"])
+def test_symbolic_reductions_and_slices_match_eager(device, dynamic_dim):
+    compiled = torch.compile(_norm_and_reduce, backend="tritonfuse", dynamic=True)
+    y = rand(128, device=device)
+    with torch.no_grad():
+        for rows in LENGTHS:
+            cols = 40 if dynamic_dim == "rows" else rows + 3
+            x = rand(rows, cols, device=device)
+            assert_same(compiled(x, y), _norm_and_reduce(x, y), atol=1e-4, rtol=1e-4)
     assert tritonfuse.metrics.eager_graphs == 0
-    assert kernels_after_first > 0
-    # shapes 3, 5 and 11 each compiled once; the second 5 reused its compile
-    assert tritonfuse.metrics.generated_kernel_count == 3 * kernels_after_first
+    assert tritonfuse.metrics.static_specializations == 0
+    assert tritonfuse.metrics.symbolic_graphs >= 1
 
 
-def test_recompile_after_a_shape_change_is_still_compiled(device):
+def test_recompile_after_a_shape_change_is_symbolic_and_then_final(device):
     def fn(x):
         return (torch.sin(x) * 2).sum(-1) / x.shape[-1]
 
     compiled = torch.compile(fn, backend="tritonfuse")   # dynamic=None: static first, then dynamic
+    counts = []
     with torch.no_grad():
-        for rows in (4, 6, 9):
+        for rows in (4, 6, 9, 31, 2):
             x = rand(rows, 33, device=device)
             assert_same(compiled(x), fn(x))
+            counts.append(tritonfuse.metrics.generated_kernel_count)
     assert tritonfuse.metrics.eager_graphs == 0
-    assert tritonfuse.metrics.generated_kernel_count == 3
+    assert tritonfuse.metrics.symbolic_graphs == 1
+    assert counts[0] == 1 and counts[1] == 2 and counts[-1] == 2, counts   # static, symbolic, then nothing
 
 
-def test_too_many_shapes_run_eagerly_and_say_so(device, monkeypatch, caplog):
+def test_size_one_specializes_and_a_guard_failure_recompiles(device):
+    def fn(x):
+        if x.shape[0] > 16:           # a guard on the size: crossing it recompiles
+            return torch.relu(x).sum(0)
+        return torch.exp(x).sum(0)
+
+    compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
+    with torch.no_grad():
+        for rows in (3, 5, 1, 40, 23, 1, 7):
+            x = rand(rows, 9, device=device)
+            assert_same(compiled(x), fn(x), atol=1e-5, rtol=1e-5)
+    assert tritonfuse.metrics.eager_graphs == 0
+
+
+def test_a_runtime_scalar_reaches_the_kernels(device):
+    # Dynamo passes a Python float as a 0-d tensor read with .item(): its value is a
+    # runtime scalar of the generated kernels
+    def fn(x, scale):
+        return (x * scale).sin().sum(-1)
+
+    compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
+    with torch.no_grad():
+        for rows, scale in ((4, 0.5), (5, 0.25), (6, 0.5), (9, -1.5)):
+            x = rand(rows, 64, device=device)
+            assert_same(compiled(x, scale), fn(x, scale), atol=1e-5, rtol=1e-5)
+    assert tritonfuse.metrics.eager_graphs == 0
+    assert tritonfuse.metrics.generated_kernel_count >= 1
+
+
+def _fail_symbolic_compiles(monkeypatch):
+    """Make the symbolic compile fail, as an op that needs a concrete size would."""
+    from tritonfuse import compile_fx
+    real = compile_fx._compile_graph
+
+    def only_static(gm, example_inputs, graph_id, sizevars):
+        if sizevars.shape_env is not None and not sizevars.specialize:
+            raise NotImplementedError("pretend: this graph needs concrete sizes")
+        return real(gm, example_inputs, graph_id, sizevars)
+    monkeypatch.setattr(compile_fx, "_compile_graph", only_static)
+
+
+def test_a_graph_that_cannot_be_symbolic_compiles_per_shape(device, monkeypatch):
+    _fail_symbolic_compiles(monkeypatch)
+    w = rand(8, 16, device=device).requires_grad_()
+    compiled = torch.compile(_model, backend="tritonfuse", dynamic=True)
+    for rows in (3, 5, 3):
+        x = rand(rows, 8, device=device).requires_grad_()
+        actual = compiled(x, w)
+        sum(o.sum() for o in actual).backward()
+        expected = _model(x.detach(), w.detach())
+        assert_same(actual, expected, atol=1e-5, rtol=1e-4)
+    metrics = tritonfuse.metrics
+    assert metrics.eager_graphs == 0 and metrics.symbolic_graphs == 0
+    assert metrics.static_specializations == 4      # (forward + backward) x two distinct shapes
+
+
+def test_past_the_cap_shapes_run_eagerly_counted_and_logged(device, monkeypatch, caplog):
+    _fail_symbolic_compiles(monkeypatch)
     monkeypatch.setattr(tritonfuse.config, "max_shape_specializations", 2)
     compiled = torch.compile(lambda x: torch.exp(x) + 1, backend="tritonfuse", dynamic=True)
     with caplog.at_level(logging.WARNING, logger="tritonfuse"), torch.no_grad():
         for rows in (2, 3, 4, 5):
             x = rand(rows, 7, device=device)
             assert_same(compiled(x), torch.exp(x) + 1)
-    assert tritonfuse.metrics.generated_kernel_count == 2
-    assert sum("input shapes for one graph" in r.getMessage() for r in caplog.records) == 1
-
-
-def test_graph_that_cannot_be_specialized_runs_eagerly(device, caplog):
-    # Dynamo passes a Python float as a 0-d tensor read with .item(): no static trace exists
-    def fn(x, scale):
-        return (x * scale).sin().sum(-1)
-
-    compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
-    with caplog.at_level(logging.WARNING, logger="tritonfuse"), torch.no_grad():
-        for rows, scale in ((4, 0.5), (5, 0.25), (6, 0.5)):
-            x = rand(rows, 64, device=device)
-            assert_same(compiled(x, scale), fn(x, scale))
-    assert any("runs eagerly" in r.getMessage() for r in caplog.records)
+    assert tritonfuse.metrics.static_specializations == 2
+    assert tritonfuse.metrics.eager_graphs == 2         # shapes 4 and 5
+    assert sum("input shapes for" in r.getMessage() for r in caplog.records) == 1

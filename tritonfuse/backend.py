@@ -6,7 +6,11 @@ gradients are needed) and each goes through ``compile_fx.compile_graph``. Mutate
 are written back by aot_autograd's runtime wrapper, as eager would; an inference graph
 that needs none of that wrapper's work is called directly (``direct_inference``).
 
-A graph with symbolic sizes is compiled once per input shape it meets (specialize.py).
+A graph with symbolic sizes (``dynamic=True``, or Dynamo's recompile after a shape
+changed) is compiled once with its sizes as runtime values; if that fails, once per input
+shape it meets (specialize.py). Compiles that start at call time (those, and the backward
+graph aot_autograd compiles at the first backward) hold the process-wide compile lock
+(compile_lock.py).
 
 Never crash the user's model: if tritonfuse or aot_autograd fails on a graph (an op it
 cannot decompose or trace, a data-dependent value from ``.item()``, a bug), it logs why
@@ -20,20 +24,11 @@ import logging
 import torch
 
 from . import config  # noqa: F401  (the knobs live there)
+from .compile_lock import compiling
 from .direct_inference import InferenceShortcut
-from .specialize import ShapeSpecializer
 
 log = logging.getLogger("tritonfuse")
 _graph_counter = itertools.count()
-
-
-def _has_symbolic_shapes(example_inputs) -> bool:
-    for value in example_inputs:
-        if isinstance(value, torch.SymInt):
-            return True
-        if isinstance(value, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in value.shape):
-            return True
-    return False
 
 
 def _runs_eagerly(what: str, error: Exception) -> None:
@@ -80,11 +75,16 @@ def _effect_tokens_in_graph():
 
 def _compiler(kind):
     def compile_fn(gm: torch.fx.GraphModule, example_inputs):
-        from .compile_fx import compile_graph
+        from .compile_fx import _is_symbolic, compile_graph
         graph_id = f"{kind}_{next(_graph_counter)}"
         try:
-            return compile_graph(gm, example_inputs, graph_id)
+            with compiling():
+                return compile_graph(gm, example_inputs, graph_id, allow_guards=kind != "backward")
         except Exception as error:  # never crash the user's model
+            if any(_is_symbolic(value) for value in example_inputs):
+                from .specialize import PerShapeGraph
+                log.debug("tritonfuse: symbolic compile of %s failed", graph_id, exc_info=True)
+                return PerShapeGraph(gm, graph_id, f"{type(error).__name__}: {error}")
             _runs_eagerly(graph_id, error)
             from torch._functorch.aot_autograd import make_boxed_func
             return make_boxed_func(gm.forward)
@@ -95,8 +95,6 @@ def tritonfuse_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     """The Dynamo backend (registered as "tritonfuse" by the package's entry point)."""
     from torch._dynamo.backends.common import aot_autograd
     from .decompositions import decomposition_table
-    if _has_symbolic_shapes(example_inputs):
-        return ShapeSpecializer(gm, tritonfuse_backend)
     shortcut = InferenceShortcut(gm, example_inputs)
     backend = aot_autograd(
         fw_compiler=_compiler("forward"),

@@ -6,6 +6,7 @@
                buffer frees -> the wrapper
     load       write the module (cached on disk by graph key) and import it
 """
+import contextlib
 import json
 import logging
 import os
@@ -14,16 +15,35 @@ import time
 
 import torch
 
-from . import code_cache, config, metrics
+from . import code_cache, config, metrics, sym
 from .codegen.registry import get_scheduling_class
 from .codegen.wrapper import WrapperCodeGen
 from .graph import GraphLowering
+from .runtime.integer_errors import IntegerDivisionByZero
 from .scheduler import FallbackNode, Scheduler
 
 log = logging.getLogger("tritonfuse")
 
-# the last compiled modules' sources, for tritonfuse.testing.run_and_get_code
-recent_sources = []
+# Lists collecting the sources of the graphs compiled (or loaded) while they are open, for
+# tritonfuse.testing.run_and_get_code; nothing is kept when nobody listens.
+_source_listeners = []
+
+
+@contextlib.contextmanager
+def capture_sources():
+    """Yields a list that receives ``[wrapper, kernel, ...]`` for every graph compiled or
+    loaded from the cache, in any thread, until the block ends."""
+    captured = []
+    _source_listeners.append(captured)
+    try:
+        yield captured
+    finally:
+        _source_listeners.remove(captured)
+
+
+def _record_sources(sources) -> None:
+    for captured in list(_source_listeners):
+        captured.append(sources)
 
 
 class CompiledGraph:
@@ -46,24 +66,55 @@ class CompiledGraph:
         saved = list(args)
         try:
             result = list(self.call(args))
+        except IntegerDivisionByZero:   # eager's own error for these inputs, not a compiler bug
+            raise
         except Exception as error:
             if self.eager_fn is None:
                 raise
             log.warning("tritonfuse: generated code %s failed on its first call (%s: %s); running the graph "
                         "eagerly", self.path, type(error).__name__, error)
-            metrics.eager_graphs += 1
+            metrics.add("eager_graphs")
             self.call = lambda inputs: self.eager_fn(*inputs)
             result = list(self.call(saved))
         self.first_call = False
         return result
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs, graph_id="graph") -> CompiledGraph:
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, graph_id="graph", sizevars=None,
+                  allow_guards=False) -> CompiledGraph:
+    """Compile one aten graph. Its sizes are symbolic when Dynamo made them dynamic: the
+    code then takes them as runtime values and serves every size (``sizevars``: the
+    symbols' example values and guards; ``specialize`` compiles for the examples' shapes).
+    ``allow_guards``: Dynamo still builds the guards of this graph's frame (forward and
+    inference graphs), so the compile may add guards on the sizes."""
+    if sizevars is None:
+        sizevars = sizevars_for(example_inputs)
+        sizevars.allow_guards = allow_guards
+    with sym.using_sizevars(sizevars):
+        return _compile_graph(gm, example_inputs, graph_id, sizevars)
+
+
+def sizevars_for(example_inputs) -> sym.SizeVars:
+    from torch._guards import detect_fake_mode
+    if not any(_is_symbolic(value) for value in example_inputs):
+        return sym.SizeVars()
+    fake_mode = detect_fake_mode(example_inputs)
+    return sym.SizeVars(fake_mode.shape_env if fake_mode is not None else None)
+
+
+def _is_symbolic(value) -> bool:
+    if isinstance(value, (torch.SymInt, torch.SymFloat)):
+        return True
+    return isinstance(value, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride()))
+
+
+def _compile_graph(gm, example_inputs, graph_id, sizevars) -> CompiledGraph:
     has_constants = any(n.op == "get_attr" for n in gm.graph.nodes)
-    key = code_cache.graph_key(gm, example_inputs)
+    hints = sorted((str(s), int(v)) for s, v in sizevars.hints.items()) if sizevars.specialize else ()
+    key = code_cache.graph_key(gm, example_inputs, extra=hints)
     use_cache = config.graph_cache and not has_constants
     if use_cache:
-        compiled = _load_cached(key, gm)
+        compiled = _load_cached(key, gm, sizevars)
         if compiled is not None:
             return compiled
 
@@ -71,7 +122,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, graph_id="graph") ->
     graph = lower(gm, example_inputs, graph_id)
     scheduler = schedule(graph)
     source, kernel_sources, kernel_names = codegen(graph, scheduler)
-    meta = {"kernels": kernel_names, "fallbacks": {k: v for k, v in metrics.fallbacks.items()}}
+    symbolic = bool(graph.symbol_sources) and not sizevars.specialize
+    meta = {"kernels": kernel_names, "fallbacks": {k: v for k, v in metrics.fallbacks.items()},
+            "symbolic": symbolic, "assumptions": [str(a) for a in sizevars.assumptions]}
     if use_cache:
         path = code_cache.write_module(key, source)
         with open(path[:-3] + ".json", "w") as handle:
@@ -81,8 +134,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, graph_id="graph") ->
         with os.fdopen(fd, "w") as handle:
             handle.write(source)
     module = code_cache.load_module(path, {"CONSTANTS": graph.constants} if graph.constants else None)
-    recent_sources.append([source] + kernel_sources)
+    _record_sources([source] + kernel_sources)
     _debug_dump(graph_id, source, kernel_sources, kernel_names)
+    metrics.symbolic_graphs += symbolic
     log.debug("tritonfuse: compiled %s in %.2fs (%d kernels)", graph_id, time.perf_counter() - started,
               len(kernel_names))
     return CompiledGraph(module, path, gm.forward)
@@ -122,7 +176,7 @@ def codegen(graph, scheduler):
     for i, group in enumerate(scheduler.groups):
         if isinstance(group, FallbackNode):
             wrapper.codegen_fallback(group)
-        elif group.x_numel * group.r_numel == 0:
+        elif group.is_empty():
             wrapper.allocate_outputs(group, set())
         else:
             scheduler.backends[group.device.type].codegen_node(group)
@@ -133,22 +187,25 @@ def codegen(graph, scheduler):
     return wrapper.generate(), wrapper.kernel_sources, metrics.generated_kernels[names_before:]
 
 
-def _load_cached(key, gm):
+def _load_cached(key, gm, sizevars):
     path = code_cache.module_path(key)
     if not os.path.exists(path):
         return None
     try:
-        module = code_cache.load_module(path)
         with open(path[:-3] + ".json") as handle:
             meta = json.load(handle)
+        if not sizevars.holds(meta.get("assumptions", [])):
+            return None      # compiled for sizes that this compile's guards do not promise
+        module = code_cache.load_module(path)
     except Exception as error:  # a corrupt or foreign file: regenerate
         log.warning("tritonfuse: ignoring unreadable cached graph %s (%s)", path, error)
         return None
     metrics.graph_cache_hits += 1
     metrics.cached_kernels.extend(meta.get("kernels", []))
     metrics.fallbacks.update(meta.get("fallbacks", {}))
+    metrics.symbolic_graphs += bool(meta.get("symbolic"))
     with open(path) as handle:
-        recent_sources.append([handle.read()])
+        _record_sources([handle.read()])
     return CompiledGraph(module, path, gm.forward)
 
 

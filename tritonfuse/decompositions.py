@@ -9,7 +9,7 @@ aten = torch.ops.aten
 
 DECOMPOSED_OPS = [
     # normalizations and softmax
-    "_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "logsumexp",
+    "_softmax", "_safe_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "logsumexp",
     "native_layer_norm", "native_layer_norm_backward", "native_group_norm", "native_group_norm_backward",
     "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
     "_native_batch_norm_legit_no_training", "_batch_norm_with_update", "_batch_norm_with_update_functional",

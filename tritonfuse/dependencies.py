@@ -75,12 +75,12 @@ class _Recorder:
 def split_sizes(sizes, x_numel):
     """Split a pointwise iteration space ``sizes`` into (x sizes, r sizes) whose x part
     multiplies to ``x_numel``; None when no split point exists."""
-    acc = 1
+    acc = sympy.Integer(1)
     for j in range(len(sizes) + 1):
-        if acc == x_numel:
+        if sym.same_size(acc, x_numel):
             return list(sizes[:j]), list(sizes[j:])
         if j < len(sizes):
-            acc *= sym.to_int(sizes[j])
+            acc = acc * sizes[j]
     return None
 
 
@@ -127,9 +127,9 @@ def _order_by_output(exprs, store_index, sizes, variables, substitution):
     strides = []
     for v in variables:
         derivative = sympy.diff(store_index, v)
-        if derivative.free_symbols:
+        if derivative.free_symbols - sym.size_symbols(derivative):
             return sizes, variables, substitution
-        strides.append(int(derivative))
+        strides.append(sym.hint(derivative))
     order = sorted(range(len(variables)), key=lambda i: -strides[i])
     if order == list(range(len(variables))):
         return sizes, variables, substitution
@@ -196,21 +196,21 @@ def flat_x_form(dep: MemoryDep):
     sizes, kept, substitution = _merge_dims([dep.index], variables, dep.x_sizes)
     canonical = dict(zip(kept, sym.index_vars("x", len(kept))))
     index = sympy.expand(dep.index.xreplace(substitution)).xreplace(canonical)
-    return tuple(sym.to_int(s) for s in sizes), index
+    return tuple(sympy.expand(s) for s in sizes), index
 
 
 def coarsening_groups(fine, coarse):
     """The runs of consecutive dims of ``fine`` whose products are the dims of ``coarse``
     (both row-major over the same positions: ``(8192,)`` coarsens ``(8, 1024)``), or None
     when ``coarse`` is no such coarsening."""
-    fine = [sym.to_int(s) for s in fine]
+    fine = [sym.sint(s) for s in fine]
     groups, k = [], 0
-    for size in (sym.to_int(s) for s in coarse):
-        start, product = k, 1
-        while k < len(fine) and product < size:
-            product *= fine[k]
+    for size in (sym.sint(s) for s in coarse):
+        start, product = k, sympy.Integer(1)
+        while k < len(fine) and sym.hint(product) < sym.hint(size):
+            product = product * fine[k]
             k += 1
-        if product != size or k == start:
+        if not sym.same_size(product, size) or k == start:
             return None
         groups.append(range(start, k))
     return groups if k == len(fine) else None
@@ -221,7 +221,7 @@ def _refining_substitution(coarse_sizes, fine_sizes):
     coarse_vars, fine_vars = sym.index_vars("x", len(coarse_sizes)), sym.index_vars("x", len(fine_sizes))
     mapping = {}
     for var, group in zip(coarse_vars, coarsening_groups(fine_sizes, coarse_sizes)):
-        strides = sym.contiguous_strides([sympy.Integer(sym.to_int(fine_sizes[k])) for k in group])
+        strides = sym.contiguous_strides([sym.sint(fine_sizes[k]) for k in group])
         mapping[var] = sum((fine_vars[k] * stride for k, stride in zip(group, strides)), sympy.Integer(0))
     return mapping
 

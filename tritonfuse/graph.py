@@ -6,6 +6,7 @@ reason and recorded in ``tritonfuse.metrics.fallbacks``.
 """
 import logging
 import operator
+import threading
 
 import sympy
 import torch
@@ -15,7 +16,8 @@ from . import metrics, sym
 from .config import realize_loads_threshold, realize_reads_threshold
 from .ir import (
     Buffer, ComputedBuffer, FallbackKernel, FallbackOutput, GenericView, InputBuffer, Layout, Pointwise,
-    ReinterpretView, StorageBox, TensorBox, as_strided_buffer, storage_of, strided_layout_of,
+    ReinterpretView, StorageBox, TensorBox, as_strided_buffer, realize_with_strides, same_strides, storage_of,
+    strided_layout_of,
 )
 from .codegen.registry import prefers_materialized_reuse, prefers_online_softmax
 from .lowering import Unsupported, lowerings
@@ -25,12 +27,15 @@ from .patterns import match_online_softmax_sum
 log = logging.getLogger("tritonfuse")
 aten = torch.ops.aten
 _logged_fallbacks = set()
-_current = None
+# The graph each thread is lowering (compiles are serialized by compile_lock.py; a
+# thread-local keeps one thread's lowering from ever registering into another's graph).
+_lowering = threading.local()
 
 
 def current_graph() -> "GraphLowering":
-    assert _current is not None, "no graph is being lowered"
-    return _current
+    graph = getattr(_lowering, "graph", None)
+    assert graph is not None, "no graph is being lowered"
+    return graph
 
 
 class GraphLowering(torch.fx.Interpreter):
@@ -49,6 +54,10 @@ class GraphLowering(torch.fx.Interpreter):
         self.current_node = None
         self.lowered = {}            # fx node -> its lowered value (for graph-level rewrites)
         self._placeholder_index = 0
+        self.sizevars = sym.current_sizevars()
+        # size symbol -> how the generated code reads it ("arg0", "arg2.size(1)"), or None
+        # for a symbol a fallback produces (``.item()``): bound where that fallback runs
+        self.symbol_sources = {}
 
     # ---- names and registration -----------------------------------------------------
     def register_buffer(self, buffer: Buffer) -> str:
@@ -64,28 +73,36 @@ class GraphLowering(torch.fx.Interpreter):
 
     # ---- fx.Interpreter hooks -------------------------------------------------------
     def run(self, *args):
-        global _current
-        previous, _current = _current, self
+        previous, _lowering.graph = getattr(_lowering, "graph", None), self
         try:
             return super().run(*args)
         finally:
-            _current = previous
+            _lowering.graph = previous
 
     def placeholder(self, target, args, kwargs):
         example = self.example_inputs[self._placeholder_index]
         self._placeholder_index += 1
-        if not isinstance(example, torch.Tensor):
-            if self.current_node.users:
-                raise Unsupported(f"non-tensor graph input {type(example).__name__}")
-            # a size the graph was specialized to (backend.py, dynamic shapes): passed, unused
-            name = f"unused_arg{len(self.input_order)}"
-            self.input_order.append(name)
-            return example
         name = f"arg{len(self.input_order)}"
-        buffer = self._make_input(name, example)
-        self.graph_inputs[name] = buffer
         self.input_order.append(name)
-        return TensorBox(StorageBox(buffer))
+        if isinstance(example, torch.Tensor):
+            buffer = self._make_input(name, example)
+            self.graph_inputs[name] = buffer
+            return TensorBox(StorageBox(buffer))
+        if isinstance(example, (torch.SymInt, torch.SymFloat, int, float)) and not isinstance(example, bool):
+            expr = sym.sint(example) if not isinstance(example, float) else sympy.Float(example)
+            self._bind(expr, name)
+            return expr     # a size (or scalar) passed as an argument: a sympy expression
+        if self.current_node.users:
+            raise Unsupported(f"non-tensor graph input {type(example).__name__}")
+        return example
+
+    def _bind(self, expr, source):
+        """Generated code reads the size symbol ``expr`` from ``source`` (if not bound yet)."""
+        if isinstance(expr, sympy.Symbol) and sym.is_size_symbol(expr):
+            self.symbol_sources.setdefault(expr, source)
+
+    def unbound_symbols(self, expr) -> set:
+        return sym.size_symbols(expr) - set(self.symbol_sources)
 
     def get_attr(self, target, args, kwargs):
         value = getattr(self.module, target)
@@ -97,9 +114,11 @@ class GraphLowering(torch.fx.Interpreter):
         return TensorBox(StorageBox(buffer))
 
     def _make_input(self, name, tensor):
-        layout = Layout(tensor.device, tensor.dtype, [sympy.Integer(s) for s in tensor.shape],
-                        [sympy.Integer(s) for s in tensor.stride()])
-        buffer = InputBuffer(name, layout)
+        size, stride = sym.sizes_of(tensor.shape), sym.sizes_of(tensor.stride())
+        for d, (length, step) in enumerate(zip(size, stride)):
+            self._bind(length, f"{name}.size({d})")
+            self._bind(step, f"{name}.stride({d})")
+        buffer = InputBuffer(name, Layout(tensor.device, tensor.dtype, size, stride))
         buffer.storage_offset = tensor.storage_offset()
         self.name_to_buffer[name] = buffer
         return buffer
@@ -107,6 +126,9 @@ class GraphLowering(torch.fx.Interpreter):
     def call_function(self, target, args, kwargs):
         if target is operator.getitem:
             return args[0][args[1]]
+        scalar = self._symbolic_scalar(self.current_node)
+        if scalar is not None:
+            return scalar
         rewritten = self._rewrite(self.current_node)
         if rewritten is not None:
             return rewritten
@@ -120,6 +142,15 @@ class GraphLowering(torch.fx.Interpreter):
             except Unsupported as error:
                 reason = str(error)
         return self.make_fallback(target, args, kwargs, reason)
+
+    def _symbolic_scalar(self, node):
+        """The value of a node that computes a size or scalar (``sym_size``, ``s0 * 4``):
+        the expression Dynamo recorded, when every symbol in it is known here."""
+        meta = node.meta.get("val")
+        if isinstance(meta, bool) or not isinstance(meta, (int, float, torch.SymInt, torch.SymFloat)):
+            return None
+        expr = sympy.Float(meta) if isinstance(meta, float) else sym.sint(meta)
+        return expr if not self.unbound_symbols(expr) else None
 
     def _rewrite(self, node):
         """Graph-level rewrites the backend of the node's device asks for (patterns.py)."""
@@ -171,10 +202,10 @@ class GraphLowering(torch.fx.Interpreter):
         for node, value in self.lowered.items():
             meta = node.meta.get("val")
             if storage_of(value) is box and isinstance(meta, torch.Tensor) \
-                    and _is_dense(list(meta.shape), list(meta.stride())) \
-                    and [sym.to_int(s) for s in box.get_size()] == list(meta.shape):
-                return Layout(box.get_device(), box.get_dtype(), [sympy.Integer(s) for s in meta.shape],
-                              [sympy.Integer(s) for s in meta.stride()])
+                    and _is_dense(sym.sizes_of(meta.shape), sym.sizes_of(meta.stride())) \
+                    and sym.same_sizes(box.get_size(), sym.sizes_of(meta.shape)):
+                return Layout(box.get_device(), box.get_dtype(), sym.sizes_of(meta.shape),
+                              sym.sizes_of(meta.stride()))
         return None
 
     # ---- realization rules ----------------------------------------------------------
@@ -192,61 +223,102 @@ class GraphLowering(torch.fx.Interpreter):
             box.realize()
 
     def _realize_output(self, value, meta):
+        """A graph output in eager's layout (exactly its strides, expanded dims too: the
+        next graph, e.g. the backward reading a saved tensor, was traced with them)."""
         if value is None or not isinstance(value, TensorBox):
             return value
-        want_stride = list(meta.stride()) if isinstance(meta, torch.Tensor) else None
+        want = (sym.sizes_of(meta.shape), sym.sizes_of(meta.stride())) if isinstance(meta, torch.Tensor) else None
         box = storage_of(value)
         if box is not None and not box.is_realized():
-            layout = None
-            if want_stride is not None and _is_dense(list(meta.shape), want_stride):
-                layout = Layout(value.get_device(), value.get_dtype(), [sympy.Integer(s) for s in meta.shape],
-                                [sympy.Integer(s) for s in want_stride])
-            return box.realize(layout)
+            found = realize_with_strides(value, *want) if want is not None else None
+            return found if found is not None else box.realize()
         base = _view_base(value)
         if isinstance(value.data, GenericView) and base is not None and base.is_realized():
             found = value.data.realize_strided()   # a view of a realized buffer: keep it a view
             if found is not None:
                 value = TensorBox(ReinterpretView(*found))
         layout = strided_layout_of(value)
-        if layout is not None and (want_stride is None or list(layout.int_stride()) == want_stride
-                                   or sym.to_int(layout.numel()) <= 1):
+        if layout is not None and (want is None or same_strides(layout, *want)
+                                   or (sym.is_static(layout.numel()) and sym.to_int(layout.numel()) <= 1)):
             return as_strided_buffer(value)
         # a view with other strides than eager's: copy it into eager's layout
-        target = Layout(value.get_device(), value.get_dtype(), [sympy.Integer(s) for s in meta.shape],
-                        [sympy.Integer(s) for s in want_stride])
-        if not _is_dense(list(meta.shape), want_stride):
-            target = Layout.contiguous(value.get_device(), value.get_dtype(), meta.shape)
+        found = realize_with_strides(value, *want)
+        if found is not None:
+            return found
         copy = StorageBox(Pointwise(value.get_device(), value.get_dtype(), value.make_loader(),
                                     list(value.get_size()), origins=("clone",)))
-        return copy.realize(target)
+        return copy.realize()
 
     # ---- fallbacks ------------------------------------------------------------------
     def make_fallback(self, target, args, kwargs, reason):
+        """Run ``target`` as an aten call inside the compiled graph.
+
+        Many aten ops (SDPA for the CPU, convolutions, ...) give outputs whose strides
+        follow their inputs'. The graph recorded eager's strides for every value, so a
+        fallback must either get its inputs in eager's layout or have its outputs read
+        with the strides its actual inputs produce. Values not yet materialized are
+        realized in eager's layout (free); a value already held in another layout is
+        passed as it is and the op's output layouts come from running it on fake tensors
+        of those layouts; if that cannot be done, the value is copied into eager's layout."""
         op_name = str(target)
         if op_name not in _logged_fallbacks:
             _logged_fallbacks.add(op_name)
             log.info("tritonfuse: %s runs as an aten fallback (%s)", op_name, reason)
         metrics.fallbacks[op_name] = reason
-
-        def to_ir(value):
-            if isinstance(value, TensorBox):
-                return as_strided_buffer(value)
-            if isinstance(value, (list, tuple)):
-                return type(value)(to_ir(v) for v in value)
-            return value
-
-        kernel = FallbackKernel(name=f"fallback{len(self.fallback_kernels)}", op=target,
-                                args=to_ir(tuple(args)), kwargs={k: to_ir(v) for k, v in kwargs.items()},
-                                reason=reason)
+        node = self.current_node
+        fx_kwargs = node.kwargs
+        ir_args = self._fallback_inputs(args, node.args, exact=False)
+        ir_kwargs = {k: self._fallback_inputs(v, fx_kwargs.get(k), exact=False) for k, v in kwargs.items()}
+        meta = node.meta.get("val")
+        if _layouts_differ((ir_args, ir_kwargs), (node.args, fx_kwargs)):
+            outputs = _fake_outputs(target, ir_args, ir_kwargs, node)
+            if outputs is not None:
+                meta = outputs
+            else:
+                ir_args = self._fallback_inputs(args, node.args, exact=True)
+                ir_kwargs = {k: self._fallback_inputs(v, fx_kwargs.get(k), exact=True) for k, v in kwargs.items()}
+        kernel = FallbackKernel(name=f"fallback{len(self.fallback_kernels)}", op=target, args=tuple(ir_args),
+                                kwargs=ir_kwargs, reason=reason)
         self.fallback_kernels.append(kernel)
         self.operations.append(kernel)
-        meta = self.current_node.meta.get("val")
         return self._fallback_outputs(kernel, meta, ())
 
+    def _fallback_inputs(self, value, fx_value, exact):
+        """IR buffers / strided views for a fallback's arguments (``fx_value``: the same
+        argument in the FX graph, whose meta holds eager's layout). ``exact``: copy values
+        held in another layout into eager's."""
+        if isinstance(value, (list, tuple)):
+            fx_items = fx_value if isinstance(fx_value, (list, tuple)) and len(fx_value) == len(value) \
+                else [None] * len(value)
+            return type(value)(self._fallback_inputs(v, f, exact) for v, f in zip(value, fx_items))
+        if not isinstance(value, TensorBox):
+            return value
+        meta = _meta_tensor(fx_value)
+        box = storage_of(value)
+        if meta is not None and box is not None and not box.is_realized():
+            found = realize_with_strides(value, meta.shape, meta.stride())   # eager's layout, at no cost
+            if found is not None:
+                return found
+        base = _view_base(value)
+        if base is not None and base is not box and not base.is_realized():
+            base.realize(self._eager_layout(base))
+        found = as_strided_buffer(value)
+        if exact and meta is not None and not same_strides(found.layout, meta.shape, meta.stride()):
+            copy = realize_with_strides(TensorBox(found if isinstance(found, ReinterpretView) else StorageBox(found)),
+                                        meta.shape, meta.stride())
+            if copy is not None:
+                return copy
+        return found
+
     def _fallback_outputs(self, kernel, meta, path):
+        if isinstance(meta, (torch.SymInt, torch.SymFloat)):   # e.g. .item(): a runtime scalar
+            expr = sym.sint(meta)
+            if isinstance(expr, sympy.Symbol) and self.unbound_symbols(expr):
+                self.symbol_sources[expr] = None
+                kernel.scalar_outputs.append((expr, path))
+            return expr
         if isinstance(meta, torch.Tensor):
-            layout = Layout(meta.device, meta.dtype, [sympy.Integer(s) for s in meta.shape],
-                            [sympy.Integer(s) for s in meta.stride()])
+            layout = Layout(meta.device, meta.dtype, sym.sizes_of(meta.shape), sym.sizes_of(meta.stride()))
             output = FallbackOutput(name=None, layout=layout, kernel=kernel, path=path)
             self.register_buffer(output)
             kernel.outputs.append(output)
@@ -254,6 +326,53 @@ class GraphLowering(torch.fx.Interpreter):
         if isinstance(meta, (list, tuple)):
             return type(meta)(self._fallback_outputs(kernel, m, path + (i,)) for i, m in enumerate(meta))
         return meta
+
+
+def _meta_tensor(fx_value):
+    meta = fx_value.meta.get("val") if isinstance(fx_value, torch.fx.Node) else None
+    return meta if isinstance(meta, torch.Tensor) else None
+
+
+def _layouts_differ(ir_values, fx_values) -> bool:
+    """Whether any IR argument of a fallback is held in other strides than eager's."""
+    if isinstance(ir_values, dict):
+        return any(_layouts_differ(v, fx_values.get(k) if isinstance(fx_values, dict) else None)
+                   for k, v in ir_values.items())
+    if isinstance(ir_values, (list, tuple)):
+        fx_items = fx_values if isinstance(fx_values, (list, tuple)) and len(fx_values) == len(ir_values) \
+            else [None] * len(ir_values)
+        return any(_layouts_differ(v, f) for v, f in zip(ir_values, fx_items))
+    if isinstance(ir_values, (Buffer, ReinterpretView)):
+        meta = _meta_tensor(fx_values)
+        return meta is None or not same_strides(ir_values.layout, meta.shape, meta.stride())
+    return False
+
+
+def _fake_outputs(target, ir_args, ir_kwargs, node):
+    """The fake tensors ``target`` returns for inputs in the IR's layouts (their strides
+    are the ones the real call will give), or None when the op cannot be run on fakes."""
+    from torch._guards import detect_fake_mode
+    metas = [n.meta.get("val") for n in node.all_input_nodes] + [node.meta.get("val")]
+    fake_mode = detect_fake_mode([m for m in metas if isinstance(m, torch.Tensor)])
+    if fake_mode is None:
+        return None
+
+    def fake(value):
+        if isinstance(value, (list, tuple)):
+            return type(value)(fake(v) for v in value)
+        if isinstance(value, dict):
+            return {k: fake(v) for k, v in value.items()}
+        if isinstance(value, (Buffer, ReinterpretView)):
+            layout = value.layout
+            return torch.empty_strided(layout.int_size(), layout.int_stride(), dtype=layout.dtype,
+                                       device=layout.device)
+        return value
+    try:
+        with fake_mode:
+            return target(*fake(ir_args), **fake(ir_kwargs))
+    except Exception as error:  # e.g. a data-dependent output size
+        log.debug("tritonfuse: cannot run %s on fake tensors (%s); its inputs get eager's layout", target, error)
+        return None
 
 
 def _view_base(value):
@@ -266,12 +385,12 @@ def _view_base(value):
 
 def _is_dense(size, stride):
     """True when the strides describe a non-overlapping, gap-free permutation of dims."""
-    pairs = sorted((st, sz) for sz, st in zip(size, stride) if sz != 1)
-    expected = 1
-    for st, sz in pairs:
-        if st != expected:
+    pairs = sorted(((sym.hint(st), st, sz) for sz, st in zip(size, stride) if sz != 1), key=lambda p: p[0])
+    expected = sympy.Integer(1)
+    for _, st, sz in pairs:
+        if not sym.same_size(st, expected):
             return False
-        expected *= sz
+        expected = expected * sz
     return True
 
 

@@ -44,17 +44,20 @@ class Layout:
     def numel(self) -> sympy.Expr:
         return sym.product(self.size)
 
-    def storage_size(self) -> int:
+    def storage_size(self) -> sympy.Expr:
         """Elements of storage the layout touches (offset included)."""
         if any(s == 0 for s in self.size):
-            return 0
-        return sym.to_int(self.offset + sum((s - 1) * st for s, st in zip(self.size, self.stride)) + 1)
+            return sympy.Integer(0)
+        return sympy.expand(self.offset + sum((s - 1) * st for s, st in zip(self.size, self.stride)) + 1)
 
     def int_size(self):
         return tuple(sym.to_int(s) for s in self.size)
 
     def int_stride(self):
         return tuple(sym.to_int(s) for s in self.stride)
+
+    def is_static(self) -> bool:
+        return all(sym.is_static(v) for v in (*self.size, *self.stride, self.offset))
 
 
 class IRNode:
@@ -171,6 +174,7 @@ class FallbackKernel:
     kwargs: dict
     outputs: list = field(default_factory=list)   # FallbackOutput, in result order
     reason: str = ""
+    scalar_outputs: list = field(default_factory=list)   # (size symbol, path): scalars it returns
 
     def input_buffers(self):
         found = []
@@ -368,6 +372,57 @@ def as_strided_buffer(value: IRNode):
     box = StorageBox(Pointwise(data.get_device(), data.get_dtype(), data.make_loader(), list(data.get_size()),
                                origins=origins_of([data]) + ("copy",)))
     return box.realize()
+
+
+def is_non_overlapping(size, stride) -> bool:
+    """True when no two positions of a tensor of ``size`` share memory under ``stride``
+    (gaps allowed: a slice of a bigger buffer). Sufficient test: with dims sorted by
+    stride, each stride steps past everything the smaller dims reach (judged on the
+    example sizes when they are symbolic)."""
+    reach = 0
+    dims = [(sym.hint(st), sym.hint(sz)) for sz, st in zip(size, stride) if sym.sint(sz) != 1]
+    for st, sz in sorted(dims):
+        if st <= reach:
+            return False
+        reach += st * (sz - 1)
+    return True
+
+
+def realize_with_strides(value: IRNode, size, stride):
+    """A buffer or strided view holding ``value`` with exactly ``stride`` (eager's layout).
+
+    Dims of stride 0 (an expand in eager) are computed once and expanded by a view over
+    the buffer, so no element is written twice. Returns None for strides that overlap in
+    any other way: no buffer can be written in them."""
+    size = [sym.sint(s) for s in size]
+    stride = [sym.sint(s) for s in stride]
+    compact = [sympy.Integer(1) if st == 0 else s for s, st in zip(size, stride)]
+    if not is_non_overlapping(compact, stride):
+        return None
+    device, dtype = value.get_device(), value.get_dtype()
+    layout = Layout(device, dtype, compact, stride)
+    box = storage_of(value)
+    if box is not None and not box.is_realized() and compact == size:
+        buffer = box.realize(layout)
+    else:
+        loader = value.make_loader()
+        expanded = {d for d, (s, c) in enumerate(zip(size, compact)) if s != c}
+
+        def inner_fn(index):
+            return loader([sympy.Integer(0) if d in expanded else i for d, i in enumerate(index)])
+        copy = StorageBox(Pointwise(device, dtype, inner_fn, compact, origins=origins_of([value]) + ("clone",)))
+        buffer = copy.realize(layout)
+    if compact == size:
+        return buffer
+    return ReinterpretView(buffer, Layout(device, dtype, size, stride))
+
+
+def same_strides(layout: Layout, size, stride) -> bool:
+    """``layout`` has these sizes and, on every dim longer than 1, these strides."""
+    size, stride = sym.sizes_of(size), sym.sizes_of(stride)
+    if not sym.same_sizes(layout.size, size):
+        return False
+    return all(sz == 1 or sym.same_size(have, want) for sz, have, want in zip(size, layout.stride, stride))
 
 
 def strided_layout_of(value: IRNode) -> Optional[Layout]:

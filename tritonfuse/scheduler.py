@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+import sympy
 import torch
 
 from . import config, metrics, sym
@@ -42,22 +43,20 @@ class SchedulerNode:
     def is_reduction(self) -> bool:
         return self.buffer.is_reduction()
 
-    def numel(self) -> int:
-        return sym.to_int(sym.product(self.x_sizes)) * sym.to_int(sym.product(self.r_sizes))
-
-    def sizes_in_group(self, x_numel: int, r_numel: int):
+    def sizes_in_group(self, x_numel, r_numel):
         """This node's (x sizes, r sizes, kind) inside a kernel of group (X, R), or None.
-        kind is "reduction", "xr" (pointwise over rows and columns) or "x" (over rows)."""
+        kind is "reduction", "xr" (pointwise over rows and columns) or "x" (over rows).
+        Sizes are sympy expressions (symbolic under dynamic shapes)."""
         if self.is_reduction():
-            if (sym.to_int(sym.product(self.x_sizes)), sym.to_int(sym.product(self.r_sizes))) == (x_numel, r_numel):
+            if sym.same_size(sym.product(self.x_sizes), x_numel) and sym.same_size(sym.product(self.r_sizes), r_numel):
                 return self.x_sizes, self.r_sizes, "reduction"
             return None
-        numel = sym.to_int(sym.product(self.x_sizes))
+        numel = sym.product(self.x_sizes)
         if r_numel == 1:
-            return (self.x_sizes, [], "x") if numel == x_numel else None
-        if numel == x_numel:
+            return (self.x_sizes, [], "x") if sym.same_size(numel, x_numel) else None
+        if sym.same_size(numel, x_numel):
             return self.x_sizes, [], "x"
-        if numel == x_numel * r_numel:
+        if sym.same_size(numel, x_numel * r_numel):
             split = split_sizes(self.x_sizes, x_numel)
             if split is not None:
                 return split[0], split[1], "xr"
@@ -81,14 +80,14 @@ class FusedNode:
     """A group of scheduler nodes that becomes one kernel."""
     nodes: List[SchedulerNode]
     device: torch.device
-    x_numel: int
-    r_numel: int
+    x_numel: sympy.Expr      # rows (all elements, for a pointwise kernel)
+    r_numel: sympy.Expr      # reduced elements per row (1 for a pointwise kernel)
     names: set = field(default_factory=set)
 
     @staticmethod
     def of(node: SchedulerNode) -> "FusedNode":
-        x = sym.to_int(sym.product(node.x_sizes))
-        r = sym.to_int(sym.product(node.r_sizes))
+        x = sympy.expand(sym.product(node.x_sizes))
+        r = sympy.expand(sym.product(node.r_sizes))
         return FusedNode([node], node.device, x, r, {node.name})
 
     @property
@@ -96,7 +95,10 @@ class FusedNode:
         return min(n.position for n in self.nodes)
 
     def is_reduction(self):
-        return self.r_numel > 1 or any(n.is_reduction() for n in self.nodes)
+        return self.r_numel != 1 or any(n.is_reduction() for n in self.nodes)
+
+    def is_empty(self) -> bool:
+        return self.x_numel * self.r_numel == 0
 
     def read_names(self):
         return set().union(*(n.read_names for n in self.nodes)) - self.names
@@ -211,9 +213,9 @@ class Scheduler:
         for name in shared:
             buffer = self.graph.name_to_buffer.get(name)
             if buffer is not None:
-                total += sym.to_int(buffer.layout.numel()) * buffer.get_dtype().itemsize
-        if total == 0 and (a.x_numel, a.r_numel) == (b.x_numel, b.r_numel) \
-                and a.x_numel * a.r_numel <= LAUNCH_BOUND_NUMEL:
+                total += sym.hint(buffer.layout.numel()) * buffer.get_dtype().itemsize
+        if total == 0 and sym.same_size(a.x_numel, b.x_numel) and sym.same_size(a.r_numel, b.r_numel) \
+                and sym.is_static(a.x_numel * a.r_numel) and sym.to_int(a.x_numel * a.r_numel) <= LAUNCH_BOUND_NUMEL:
             return 1
         return total
 
@@ -243,12 +245,13 @@ class Scheduler:
 
     @staticmethod
     def _combined_group(a: FusedNode, b: FusedNode):
-        if a.r_numel > 1 and b.r_numel > 1:
-            return (a.x_numel, a.r_numel) if (a.x_numel, a.r_numel) == (b.x_numel, b.r_numel) else None
+        same = sym.same_size
+        if a.r_numel != 1 and b.r_numel != 1:
+            return (a.x_numel, a.r_numel) if same(a.x_numel, b.x_numel) and same(a.r_numel, b.r_numel) else None
         if a.r_numel == 1 and b.r_numel == 1:
-            return (a.x_numel, 1) if a.x_numel == b.x_numel else None
-        red, pw = (a, b) if a.r_numel > 1 else (b, a)
-        if pw.x_numel in (red.x_numel, red.x_numel * red.r_numel):
+            return (a.x_numel, sympy.Integer(1)) if same(a.x_numel, b.x_numel) else None
+        red, pw = (a, b) if a.r_numel != 1 else (b, a)
+        if same(pw.x_numel, red.x_numel) or same(pw.x_numel, red.x_numel * red.r_numel):
             return red.x_numel, red.r_numel
         return None
 

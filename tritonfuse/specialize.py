@@ -1,68 +1,105 @@
-"""Graphs with symbolic sizes: one static compile per distinct input shape.
+"""The per-shape fallback for graphs with symbolic sizes.
 
-tritonfuse generates code for static shapes. When Dynamo hands over a graph with symbolic
-sizes (``dynamic=True``, or a recompile after a shape changed), ``ShapeSpecializer``
-stands in for it: at the first call with a new set of input shapes it traces and compiles
-the same FX graph for those concrete shapes (forward, and backward when gradients are
-needed), then reuses that compile whenever those shapes come back. Past
-``config.max_shape_specializations`` shapes, new ones run the graph eagerly (logged once).
-A graph that cannot be traced for concrete shapes at all (a Python float argument that
-Dynamo passes as a tensor and reads with ``.item()``) runs eagerly from then on (logged).
+A graph with symbolic sizes is normally compiled once, with its sizes as runtime values
+(compile_fx.py). When that fails (an op whose lowering needs a concrete size, a size the
+generated code cannot read from its inputs), ``PerShapeGraph`` stands in for it: at the
+first call with a new set of input shapes it compiles the same aten graph with every size
+symbol replaced by that call's value, and reuses the compile when those shapes come back.
+No tracing happens at call time: the aten graph is lowered as it is, so nothing re-enters
+Dynamo or aot_autograd from inside a running compiled frame.
+
+Past ``config.max_shape_specializations`` shapes, new shapes run the graph eagerly (logged
+once, each counted in ``metrics.eager_graphs``).
+
+These compiles run at call time, possibly in many threads at once: they hold the
+process-wide compile lock that Dynamo's compiles hold too (compile_lock.py), and a shape
+is compiled once however many threads meet it together. Known shapes take no lock.
 """
 import logging
 
+import sympy
 import torch
 
-from . import config
+from . import config, metrics, sym
+from .compile_lock import compiling
 
 log = logging.getLogger("tritonfuse")
+
 
 
 def _signature(args) -> tuple:
     key = []
     for value in args:
         if isinstance(value, torch.Tensor):
-            key.append((tuple(value.shape), value.stride(), value.dtype, value.device, value.requires_grad,
-                        value.storage_offset()))
+            key.append((tuple(value.shape), value.stride(), value.storage_offset()))
         else:
             key.append((type(value).__name__, value))
     return tuple(key)
 
 
-class ShapeSpecializer:
-    def __init__(self, gm: torch.fx.GraphModule, compile_static):
+class PerShapeGraph:
+    """A boxed callable (takes the list of inputs) compiling ``gm`` once per input shape."""
+
+    def __init__(self, gm: torch.fx.GraphModule, graph_id: str, reason: str):
+        self._boxed_call = True   # an instance attribute: wrappers copy __dict__
         self.gm = gm
-        self.compile_static = compile_static    # (gm, real example inputs) -> callable
+        self.graph_id = graph_id
+        self.placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
         self.compiled = {}
         self.warned = False
-        self.eager = False        # tracing for concrete shapes failed: run every call eagerly
-        log.info("tritonfuse: a graph with dynamic shapes is compiled once per input shape")
+        log.warning("tritonfuse: %s cannot be compiled for symbolic sizes (%s); it is compiled once per input "
+                    "shape instead", graph_id, reason)
 
-    def __call__(self, *args):
+    def __call__(self, args):
         key = _signature(args)
         compiled = self.compiled.get(key)
         if compiled is None:
-            compiled = self._compile(key, args)
-        return compiled(*args)
+            with compiling():   # with Dynamo's compiles and other threads' (compile_lock.py)
+                compiled = self.compiled.get(key)
+                if compiled is None:
+                    compiled = self._compile(key, args)
+        return compiled(args)
 
     def _compile(self, key, args):
-        if self.eager:
-            return self.gm.forward
         if len(self.compiled) >= config.max_shape_specializations:
-            if not self.warned:
-                log.warning("tritonfuse: more than %d input shapes for one graph; new shapes run eagerly "
-                            "(tritonfuse.config.max_shape_specializations)", config.max_shape_specializations)
-                self.warned = True
-            return self.gm.forward
-        try:
-            compiled = self.compile_static(self.gm, list(args))
-        except Exception as error:  # never crash the user's model
-            from . import metrics
             metrics.eager_graphs += 1
-            log.warning("tritonfuse: could not compile a dynamic-shape graph for concrete shapes (%s: %s); "
-                        "it runs eagerly", type(error).__name__, str(error).splitlines()[0] if str(error) else "",
-                        exc_info=log.isEnabledFor(logging.DEBUG))
-            self.eager = True
-            return self.gm.forward
+            if not self.warned:
+                log.warning("tritonfuse: more than %d input shapes for %s; new shapes run eagerly "
+                            "(tritonfuse.config.max_shape_specializations)", config.max_shape_specializations,
+                            self.graph_id)
+                self.warned = True
+            compiled = self._eager
+        else:
+            from .compile_fx import compile_graph
+            sizevars = sym.SizeVars(specialize=True, hints=self._hints(args))
+            try:
+                compiled = compile_graph(self.gm, list(args), f"{self.graph_id}_shape{len(self.compiled)}", sizevars)
+                metrics.static_specializations += 1
+            except Exception as error:  # never crash the user's model
+                metrics.eager_graphs += 1
+                log.warning("tritonfuse: could not compile %s for shapes %s (%s: %s); they run eagerly",
+                            self.graph_id, key, type(error).__name__, error)
+                compiled = self._eager
         self.compiled[key] = compiled
         return compiled
+
+    def _eager(self, args):
+        return list(self.gm.forward(*args))
+
+    def _hints(self, args) -> dict:
+        """{size symbol: its value in this call}, read off the placeholders' symbolic metas."""
+        hints = {}
+
+        def match(expr, value):
+            expr = sym.sint(expr)
+            if isinstance(expr, sympy.Symbol):
+                hints[expr] = int(value)
+        for meta, value in zip(self.placeholders, args):
+            if isinstance(meta, torch.Tensor) and isinstance(value, torch.Tensor):
+                for size, actual in zip(meta.shape, value.shape):
+                    match(size, actual)
+                for stride, actual in zip(meta.stride(), value.stride()):
+                    match(stride, actual)
+            elif isinstance(meta, torch.SymInt) and isinstance(value, int):
+                match(meta, value)
+        return hints

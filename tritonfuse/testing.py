@@ -5,7 +5,6 @@ from . import compile_fx
 def run_and_get_code(fn, *args, **kwargs):
     """Run ``fn`` (typically a torch.compile'd function) and return ``(result, sources)``:
     the generated wrapper and kernel sources of every graph compiled during the call."""
-    start = len(compile_fx.recent_sources)
-    result = fn(*args, **kwargs)
-    sources = [s for group in compile_fx.recent_sources[start:] for s in group]
-    return result, sources
+    with compile_fx.capture_sources() as captured:
+        result = fn(*args, **kwargs)
+    return result, [source for group in captured for source in group]

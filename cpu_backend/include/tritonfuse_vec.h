@@ -16,11 +16,13 @@
 //                    isnan isinf isfinite copysign (+ per-lane libm fallbacks: tan atan ...)
 //   tf_vec_half.h    bf16 / fp16 <-> float, scalar and vector
 //   tf_vec_reduce.h  reduce_add/mul/max/min/any/all, Welford, ArgAcc (argmax/argmin)
+//   tf_int.h         integer ops with eager's semantics: wrap, shifts, checked division
 //
-// Compiled with the flags of cpu_backend/build.py (-O3 -march=native, no -ffast-math).
+// Compiled with the flags of cpu_backend/build.py (-O3 -march=native -fwrapv, no -ffast-math).
 #pragma once
 
 #include "tf_vec_core.h"
 #include "tf_vec_math.h"
 #include "tf_vec_half.h"
 #include "tf_vec_reduce.h"
+#include "tf_int.h"

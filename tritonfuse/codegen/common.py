@@ -103,12 +103,12 @@ class IndexPrinter(StrPrinter):
 
     def _print_FloorDiv(self, expr):
         base, divisor = expr.args
-        return f"({self.paren(base)} {self.floordiv_op} {self._print(divisor)})"
+        return f"({self.paren(base)} {self.floordiv_op} {self.paren(divisor)})"
 
     def _print_ModularIndexing(self, expr):
         base, divisor, modulus = expr.args
-        inner = self.paren(base) if divisor == 1 else f"({self.paren(base)} {self.floordiv_op} {self._print(divisor)})"
-        return f"({inner} % {self._print(modulus)})"
+        inner = self.paren(base) if divisor == 1 else f"({self.paren(base)} {self.floordiv_op} {self.paren(divisor)})"
+        return f"({inner} % {self.paren(modulus)})"
 
     def paren(self, expr):
         text = self._print(expr)
@@ -126,3 +126,37 @@ class IndexPrinter(StrPrinter):
         if exp.is_Integer and int(exp) > 0:
             return "*".join([self.paren(base)] * int(exp))
         raise ValueError(f"cannot print {expr} as an index")
+
+    def _print_Min(self, expr):
+        return self._nary("min", expr.args)
+
+    def _print_Max(self, expr):
+        return self._nary("max", expr.args)
+
+    min_function = "min"
+    max_function = "max"
+
+    def _nary(self, kind, args):
+        function = self.min_function if kind == "min" else self.max_function
+        text = self._print(args[0])
+        for arg in args[1:]:
+            text = f"{function}({text}, {self._print(arg)})"
+        return text
+
+
+class PythonPrinter(IndexPrinter):
+    """Sizes and scalars in the generated host code (Python)."""
+
+    def _print_Float(self, expr):
+        return repr(float(expr))
+
+    def _print_Rational(self, expr):
+        return f"({expr.p} / {expr.q})"
+
+
+_python_printer = PythonPrinter()
+
+
+def pexpr(expr) -> str:
+    """A size expression as Python source (the symbols are variables of the wrapper)."""
+    return _python_printer.doprint(expr)

@@ -6,15 +6,15 @@ frees each buffer after its last use and returns the outputs with eager's layout
 """
 import math
 
+import sympy
 import torch
 
-from .. import sym
 from ..ir import Buffer, ReinterpretView
-from .common import IndentedBuffer
+from .common import IndentedBuffer, pexpr
 
 
 def _shape(values):
-    return "(" + "".join(f"{v}, " for v in values) + ")"
+    return "(" + "".join(f"{pexpr(v)}, " for v in values) + ")"
 
 
 def op_reference(op) -> str:
@@ -30,8 +30,8 @@ def py_literal(value) -> str:
         return value.name
     if isinstance(value, ReinterpretView):
         layout = value.layout
-        return (f"reinterpret_tensor({value.buffer.name}, {_shape(layout.int_size())}, "
-                f"{_shape(layout.int_stride())}, {sym.to_int(layout.offset)})")
+        return (f"reinterpret_tensor({value.buffer.name}, {_shape(layout.size)}, "
+                f"{_shape(layout.stride)}, {pexpr(layout.offset)})")
     if isinstance(value, (list, tuple)):
         inner = ", ".join(py_literal(v) for v in value)
         return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
@@ -49,6 +49,8 @@ def py_literal(value) -> str:
         return repr(value)
     if isinstance(value, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)):
         return op_reference(value)   # with_effects(token, op, *args) takes the op it runs
+    if isinstance(value, sympy.Basic):
+        return pexpr(value)
     raise NotImplementedError(f"cannot pass {type(value).__name__} to a fallback")
 
 
@@ -75,20 +77,32 @@ class WrapperCodeGen:
     def add_kernel_source(self, source: str):
         self.kernel_sources.append(source)
 
-    def define_triton_kernel(self, name, source, kind, numels, configs, mutated, device_type, hint):
+    def define_triton_kernel(self, name, source, kind, numels, configs, mutated, device_type, hint,
+                             persistent_source=None):
         self.add_kernel_source(source)
-        configs_text = ", ".join(f"Config.from_dict({c.to_dict()!r})" for c in configs)
-        self.kernel_defs.writeline(f"{name} = TritonLauncher(")
+        if persistent_source is not None:
+            self.add_kernel_source(persistent_source)
+        configs_text = ", ".join(f"Config.from_dict({c.to_dict()!r})" for c in configs or ())
+        launcher = "TritonLauncher" if numels is not None else "DynamicTritonLauncher"
+        self.kernel_defs.writeline(f"{name} = {launcher}(")
         with self.kernel_defs.indent():
             self.kernel_defs.writeline(f"name={name!r}, kind={kind!r}, numels={numels!r}, "
                                        f"mutated_arg_indices={mutated!r}, device_type={device_type!r},")
-            self.kernel_defs.writeline(f"reduction_hint={hint!r}, configs=[{configs_text}],")
+            configs_arg = f"[{configs_text}]" if configs is not None else "None"
+            self.kernel_defs.writeline(f"reduction_hint={hint!r}, configs={configs_arg},")
+            if persistent_source is not None:   # the form for rows that fit in registers
+                self.kernel_defs.writeline("persistent_source='''")
+                self._source_lines(persistent_source)
+                self.kernel_defs.lines.append("''',")
             self.kernel_defs.writeline("source='''")
-        for line in source.rstrip().splitlines():
-            self.kernel_defs.lines.append(line.replace("\\", "\\\\").replace("'''", "\\'\\'\\'"))
+        self._source_lines(source)
         self.kernel_defs.lines.append("''')")
         self.kernel_defs.writeline("")
         self.module_imports.add("triton")
+
+    def _source_lines(self, source):
+        for line in source.rstrip().splitlines():
+            self.kernel_defs.lines.append(line.replace("\\", "\\\\").replace("'''", "\\'\\'\\'"))
 
     def define_raw(self, text: str):
         """Module-level code a backend needs (e.g. a loaded C++ library)."""
@@ -99,7 +113,7 @@ class WrapperCodeGen:
             return
         self.allocated.add(buffer.name)
         layout = buffer.layout
-        size, stride = _shape(layout.int_size()), _shape(layout.int_stride())
+        size, stride = _shape(layout.size), _shape(layout.stride)
         if layout.device.type == "cpu":
             self.writeline(f"{buffer.name} = empty_strided_cpu({size}, {stride}, {layout.dtype})")
         else:
@@ -118,16 +132,18 @@ class WrapperCodeGen:
         kwargs = ", ".join(f"{k}={py_literal(v)}" for k, v in kernel.kwargs.items())
         call = f"{op_reference(kernel.op)}({', '.join(p for p in (args, kwargs) if p)})"
         self.writeline(f"# fallback: {kernel.op} ({kernel.reason})")
-        if not kernel.outputs:
+        results = [(out.name, out.path) for out in kernel.outputs] + \
+                  [(str(symbol), path) for symbol, path in kernel.scalar_outputs]
+        if not results:
             self.writeline(call)
             return
-        if len(kernel.outputs) == 1 and kernel.outputs[0].path == ():
-            self.writeline(f"{kernel.outputs[0].name} = {call}")
+        if len(results) == 1 and results[0][1] == ():
+            self.writeline(f"{results[0][0]} = {call}")
         else:
             self.writeline(f"{kernel.name}_result = {call}")
-            for out in kernel.outputs:
-                picks = "".join(f"[{i}]" for i in out.path)
-                self.writeline(f"{out.name} = {kernel.name}_result{picks}")
+            for name, path in results:
+                picks = "".join(f"[{i}]" for i in path)
+                self.writeline(f"{name} = {kernel.name}_result{picks}")
             self.writeline(f"del {kernel.name}_result")
         for out in kernel.outputs:
             self.allocated.add(out.name)
@@ -146,7 +162,7 @@ class WrapperCodeGen:
                        "reinterpret_tensor")
         if "triton" in self.module_imports:
             code.writeline("from tritonfuse.runtime.heuristics import Config")
-            code.writeline("from tritonfuse.runtime.triton_launcher import TritonLauncher")
+            code.writeline("from tritonfuse.runtime.triton_launcher import DynamicTritonLauncher, TritonLauncher")
         code.writeline("")
         code.splice(self.kernel_defs)
         code.writeline("")
@@ -156,10 +172,12 @@ class WrapperCodeGen:
             if names:
                 code.writeline(f"{', '.join(names)}, = args")
             code.writeline("args.clear()")
+            for symbol, source in sorted(graph.symbol_sources.items(), key=lambda item: item[0].name):
+                if source is not None and source != symbol.name:
+                    code.writeline(f"{symbol} = {source}")
             for name in (n for n in names if n in graph.graph_inputs):
                 layout = graph.graph_inputs[name].layout
-                code.writeline(f"{name} = ensure_layout({name}, {_shape(layout.int_size())}, "
-                               f"{_shape(layout.int_stride())})")
+                code.writeline(f"{name} = ensure_layout({name}, {_shape(layout.size)}, {_shape(layout.stride)})")
             for name in graph.constants:
                 code.writeline(f"{name} = CONSTANTS[{name!r}]")
         code.splice(self.body)

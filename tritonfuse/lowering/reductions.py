@@ -46,9 +46,9 @@ def make_reduction(x: TensorBox, dims, keepdim, reduction_type, result_dtype, sr
     kept = [d for d in range(ndim) if d not in dims]
     ranges = [size[d] for d in kept]
     reduction_ranges = [size[d] for d in dims]
-    if sym.to_int(sym.product(reduction_ranges)) == 0:
+    if sym.product(reduction_ranges) == 0:
         raise Unsupported("reduction over an empty dimension")
-    if sym.to_int(sym.product(ranges)) == 0:
+    if sym.product(ranges) == 0:
         raise Unsupported("reduction producing an empty tensor")
     loader = x.make_loader()
     source_dtype = x.get_dtype()
@@ -67,7 +67,7 @@ def make_reduction(x: TensorBox, dims, keepdim, reduction_type, result_dtype, sr
         return value
 
     origins = tuple(dict.fromkeys(origins_of([x]) + (origin or reduction_type,)))
-    if sym.to_int(sym.product(reduction_ranges)) == 1:
+    if sym.product(reduction_ranges) == 1:
         # nothing to reduce: a pointwise copy (argmax/argmin of one element is 0)
         zeros = [sympy.Integer(0)] * len(reduction_ranges)
 
@@ -154,7 +154,7 @@ register_lowering(aten.amin)(_extremum("min"))
 def _arg_extremum(reduction_type):
     def lowering(x, dim=None, keepdim=False):
         if dim is None:
-            flat = view(x, [sym.to_int(x.numel())])
+            flat = view(x, [x.numel()])
             result = make_reduction(flat, [0], False, reduction_type, torch.int64, _accumulate_dtype(x.get_dtype()),
                                     origin=reduction_type)
             if keepdim:
@@ -207,7 +207,14 @@ register_lowering(aten.all)(_boolean("all"))
 
 def _count(x, dims):
     size = x.get_size()
-    return sym.to_int(sym.product([size[d] for d in _reduction_dims(x, dims)]))
+    return sympy.expand(sym.product([size[d] for d in _reduction_dims(x, dims)]))
+
+
+def _number(value, dtype):
+    """``value`` (an int or a symbolic size) as a loop-body value of ``dtype``."""
+    if sym.is_static(value):
+        return ops.constant(sym.to_int(value), dtype)
+    return ops.to_dtype(ops.index_expr(value, torch.int64), dtype)
 
 
 @register_lowering(aten.mean)
@@ -218,7 +225,7 @@ def mean(x, dim=None, keepdim=False, dtype=None):
     acc = _accumulate_dtype(out_dtype)
     total = make_reduction(x, dim, keepdim, "sum", acc, acc, origin="mean")
     count = _count(x, dim)
-    return _map(total, lambda v: ops.to_dtype(ops.truediv(v, ops.constant(count, acc)), out_dtype), out_dtype,
+    return _map(total, lambda v: ops.to_dtype(ops.truediv(v, _number(count, acc)), out_dtype), out_dtype,
                 "mean")
 
 
@@ -232,13 +239,13 @@ def _var_mean(x, dim, correction, keepdim):
     acc = _accumulate_dtype(dtype)
     count = _count(x, dim)
     correction = 1 if correction is None else correction
-    if count <= two_pass_variance_max_row(x.get_device().type):
+    if sym.hint(count) <= two_pass_variance_max_row(x.get_device().type):   # speed only
         mean_value, m2 = _mean_and_m2_two_pass(x, dim, keepdim, acc)
     else:
         mean_value = make_reduction(x, dim, keepdim, "welford_mean", acc, acc, origin="mean")
         m2 = make_reduction(x, dim, keepdim, "welford_m2", acc, acc, origin="var")
-    divisor = max(count - correction, 0)
-    var = _map(m2, lambda v: ops.to_dtype(ops.truediv(v, ops.constant(divisor, acc)), dtype), dtype, "var")
+    divisor = sympy.Max(count - correction, 0)
+    var = _map(m2, lambda v: ops.to_dtype(ops.truediv(v, _number(divisor, acc)), dtype), dtype, "var")
     mean_out = mean_value
     if acc != dtype:
         mean_out = _map(mean_out, lambda v: ops.to_dtype(v, dtype), dtype, "mean")

@@ -81,12 +81,31 @@ def promote_types(args, kind):
             proxies.append(torch.empty([1] * ndim, dtype=a.get_dtype(), device="meta"))
         elif isinstance(a, (bool, int, float)):
             proxies.append(a)
+        elif isinstance(a, sympy.Basic):   # a symbolic size or scalar: an int or a float
+            proxies.append(1 if a.is_integer else 1.0)
     compute, result = elementwise_dtypes(*proxies, type_promotion_kind=kind)
     return compute, result
 
 
 def broadcast_shapes(*shapes):
-    return [sympy.Integer(s) for s in torch.broadcast_shapes(*[tuple(sym.to_int(d) for d in s) for s in shapes])]
+    """torch's broadcasting of sizes that may be symbolic (Dynamo checked they agree)."""
+    ndim = max(len(s) for s in shapes)
+    result = []
+    for d in range(ndim):
+        size = sympy.Integer(1)
+        for shape in shapes:
+            k = d - (ndim - len(shape))
+            if k < 0:
+                continue
+            candidate = sym.sint(shape[k])
+            if size == 1:
+                size = candidate
+            elif candidate != 1 and not sym.same_size(size, candidate):
+                if sym.is_static(size) and sym.is_static(candidate):
+                    raise Unsupported(f"shapes {shapes} do not broadcast")
+                size = size if sym.is_static(size) else candidate   # equal where the graph runs
+        result.append(size)
+    return result
 
 
 def expand(x: TensorBox, size) -> TensorBox:
@@ -127,6 +146,11 @@ def make_loader(value, dtype):
         if value.get_dtype() == dtype:
             return inner
         return lambda index: ops.to_dtype(inner(index), dtype)
+    if isinstance(value, sympy.Basic) and not value.is_number:   # a size or a scalar known at run time
+        source = torch.int64 if value.is_integer else torch.float64
+        return lambda index: ops.to_dtype(ops.index_expr(value, source), dtype)
+    if isinstance(value, sympy.Basic):
+        value = int(value) if value.is_Integer else float(value)
     return lambda index: ops.constant(value, dtype)
 
 

@@ -47,8 +47,8 @@ def build_reduction(device, dtype, src_dtype, inner_fn, ranges, reduction_ranges
                     outer: bool) -> TensorBox:
     """The realized reduction ``inner_fn`` over ``reduction_ranges`` for each index of
     ``ranges``: one Reduction, or the two stages of a split one when ``num_splits`` asks."""
-    split = num_splits(device, reduction_type, sym.to_int(sym.product(ranges)),
-                       sym.to_int(sym.product(reduction_ranges)), outer)
+    split = num_splits(device, reduction_type, sym.hint(sym.product(ranges)),
+                       sym.hint(sym.product(reduction_ranges)), outer)   # speed only: example sizes
     if split > 1:
         return _split_reduction(device, dtype, src_dtype, inner_fn, ranges, reduction_ranges, reduction_type,
                                 origins, split, outer)
@@ -69,9 +69,12 @@ def _split_reduction(device, dtype, src_dtype, inner_fn, ranges, reduction_range
     keeps its partials in ``src_dtype``, the dtype the reduction accumulates in (callers
     pass float32 for half inputs, int64 for integer sums); for an outer reduction the
     split is its outermost dim, so stage 1 writes contiguous rows."""
-    r_numel = sym.to_int(sym.product(reduction_ranges))
-    chunk = -(-r_numel // split)
-    exact = chunk * split == r_numel
+    r_numel = sympy.expand(sym.product(reduction_ranges))
+    if sym.is_static(r_numel):
+        chunk = sympy.Integer(-(-sym.to_int(r_numel) // split))
+        exact = sym.same_size(chunk * split, r_numel)
+    else:   # symbolic: chunks of ceil(r / split), the last one masked
+        chunk, exact = sym.FloorDiv(r_numel + split - 1, sympy.Integer(split)), False
     identity = reduction_identity(reduction_type, src_dtype)
 
     def partial_fn(index, rindex):
@@ -80,13 +83,13 @@ def _split_reduction(device, dtype, src_dtype, inner_fn, ranges, reduction_range
         rindices = sym.unflatten(flat, reduction_ranges)
         if exact:
             return inner_fn(kept, rindices)
-        inside = ops.lt(ops.index_expr(flat, torch.int64), ops.constant(r_numel, torch.int64))
+        inside = ops.lt(ops.index_expr(flat, torch.int64), ops.index_expr(r_numel, torch.int64))
         return ops.masked(inside, lambda: inner_fn(kept, rindices), identity)
 
     split_size = sympy.Integer(split)
     partial_ranges = [split_size, *ranges] if outer else [*ranges, split_size]
     partials = _realized(Reduction(device, src_dtype, partial_fn, partial_ranges, origins=origins,
-                                   reduction_ranges=[sympy.Integer(chunk)], reduction_type=reduction_type,
+                                   reduction_ranges=[chunk], reduction_type=reduction_type,
                                    src_dtype=src_dtype))
     load_partial = partials.make_loader()
 

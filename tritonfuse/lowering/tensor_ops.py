@@ -22,7 +22,7 @@ def _check_dtype(dtype):
 
 def _constant_tensor(value, meta):
     _check_dtype(meta.dtype)
-    size = [sympy.Integer(s) for s in meta.shape]
+    size = sym.sizes_of(meta.shape)
     return TensorBox.create(Pointwise(meta.device, meta.dtype, lambda idx: ops.constant(value, meta.dtype), size,
                                       origins=("full",)))
 
@@ -63,7 +63,7 @@ def fill(x, value):
 def arange(*args, **kwargs):
     meta = _meta()
     _check_dtype(meta.dtype)
-    numbers = [a for a in args if isinstance(a, (int, float))]
+    numbers = [a for a in args if isinstance(a, (int, float, sympy.Basic)) and not isinstance(a, bool)]
     if len(numbers) == 1:
         start, step = 0, 1
     else:
@@ -80,7 +80,7 @@ def iota(length, *, start, step, dtype, device, requires_grad):
 
 def _iota(meta, start, step):
     dtype = meta.dtype
-    size = [sympy.Integer(s) for s in meta.shape]
+    size = sym.sizes_of(meta.shape)
 
     def inner_fn(index):
         if not dtype.is_floating_point and isinstance(start, int) and isinstance(step, int):
@@ -124,16 +124,21 @@ def copy(dst, src, non_blocking=False):
 
 
 def _in_range(index_value, low, high):
-    """A bool value: low <= index < high, computed from a sympy index."""
+    """A bool value: low <= index < high, computed from a sympy index (bounds may be symbolic)."""
     position = ops.index_expr(index_value, torch.int64)
-    above = ops.ge(position, ops.constant(low, torch.int64))
-    below = ops.lt(position, ops.constant(high, torch.int64))
+    above = ops.ge(position, _int_value(low))
+    below = ops.lt(position, _int_value(high))
     return ops.logical_and(above, below)
+
+
+def _int_value(value):
+    value = sym.sint(value)
+    return ops.constant(int(value), torch.int64) if value.is_Integer else ops.index_expr(value, torch.int64)
 
 
 @register_lowering(aten.cat)
 def cat(tensors, dim=0):
-    tensors = [t for t in tensors if sym.to_int(t.numel()) > 0 or len(t.get_size()) != 1]
+    tensors = [t for t in tensors if t.numel() != 0 or len(t.get_size()) != 1]
     if not tensors:
         raise Unsupported("cat of empty tensors")
     meta = _meta()
@@ -141,18 +146,18 @@ def cat(tensors, dim=0):
     _check_dtype(dtype)
     ndim = len(tensors[0].get_size())
     dim = dim + ndim if dim < 0 else dim
-    offsets, start = [], 0
+    offsets, start = [], sympy.Integer(0)
     for t in tensors:
         offsets.append(start)
-        start += sym.to_int(t.get_size()[dim])
+        start = start + t.get_size()[dim]
     loaders = [make_loader(t, dtype) for t in tensors]
-    size = [sympy.Integer(s) for s in meta.shape]
+    size = sym.sizes_of(meta.shape)
 
     def inner_fn(index):
         result = None
         for k in reversed(range(len(tensors))):
             low = offsets[k]
-            high = low + sym.to_int(tensors[k].get_size()[dim])
+            high = low + tensors[k].get_size()[dim]
             shifted = list(index)
             shifted[dim] = index[dim] - low
 
@@ -178,14 +183,14 @@ def constant_pad_nd(x, pad, value=0):
     pads = []  # (dim, before)
     for i in range(len(pad) // 2):
         pads.append((ndim - 1 - i, pad[2 * i]))
-    out_size = [sympy.Integer(s) for s in meta.shape]
+    out_size = sym.sizes_of(meta.shape)
 
     def inner_fn(index):
         source = list(index)
         mask = None
         for d, before in pads:
             source[d] = index[d] - before
-            inside = _in_range(index[d], before, before + sym.to_int(size[d]))
+            inside = _in_range(index[d], before, before + size[d])
             mask = inside if mask is None else ops.logical_and(mask, inside)
         if mask is None:
             return loader(source)
@@ -211,7 +216,7 @@ def index(x, indices):
     index_shape = list(index_tensors[0].get_size())
     adjacent = positions == list(range(positions[0], positions[-1] + 1))
     loaders = [t.make_loader() for t in index_tensors]
-    out_size = [sympy.Integer(s) for s in meta.shape]
+    out_size = sym.sizes_of(meta.shape)
     n_index = len(index_shape)
     x_loader = x.make_loader()
 

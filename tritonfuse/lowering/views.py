@@ -9,10 +9,6 @@ from ..ir import GenericView, InputBuffer, Layout, ReinterpretView, TensorBox, b
 from .registry import Unsupported, aten, expand, normalize_dim, register_lowering
 
 
-def _ints(values):
-    return [sym.to_int(v) for v in values]
-
-
 def _with_strides(layout, size, stride, offset):
     return Layout(layout.device, layout.dtype, [sym.sint(s) for s in size], [sym.sint(s) for s in stride],
                   sym.sint(offset))
@@ -90,83 +86,86 @@ def squeeze(x, dim=None):
 
 
 def _infer_size(size, numel):
-    size = list(size)
+    size = [sym.sint(s) for s in size]
     if -1 in size:
-        known = 1
-        for s in size:
-            if s != -1:
-                known *= s
-        size[size.index(-1)] = numel // known if known else 0
+        known = sym.product([s for s in size if s != -1])
+        size[size.index(-1)] = sympy.Integer(0) if known == 0 else sym.exact_div(numel, known)
     return size
 
 
 def _view_strides(old_size, old_stride, new_size):
-    """Strides for viewing a strided tensor with a new shape, or None (torch's computeStride)."""
+    """Strides for viewing a strided tensor with a new shape, or None (torch's computeStride).
+    Sizes may be symbolic: equalities are checked for every value of the symbols, orderings
+    on the example values."""
+    same, hint = sym.same_size, sym.hint
     if not old_size:
-        return [1] * len(new_size)
-    new_stride = [0] * len(new_size)
+        return [sympy.Integer(1)] * len(new_size)
+    new_stride = [sympy.Integer(0)] * len(new_size)
     view_d = len(new_size) - 1
     chunk_base_stride = old_stride[-1]
-    tensor_numel = 1
-    view_numel = 1
+    tensor_numel = sympy.Integer(1)
+    view_numel = sympy.Integer(1)
     for tensor_d in range(len(old_size) - 1, -1, -1):
-        tensor_numel *= old_size[tensor_d]
-        if tensor_d == 0 or (old_size[tensor_d - 1] != 1 and old_stride[tensor_d - 1] != tensor_numel * chunk_base_stride):
-            while view_d >= 0 and (view_numel < tensor_numel or new_size[view_d] == 1):
+        tensor_numel = tensor_numel * old_size[tensor_d]
+        if tensor_d == 0 or (old_size[tensor_d - 1] != 1 and
+                             not same(old_stride[tensor_d - 1], tensor_numel * chunk_base_stride)):
+            while view_d >= 0 and (hint(view_numel) < hint(tensor_numel) or new_size[view_d] == 1):
                 new_stride[view_d] = view_numel * chunk_base_stride
-                view_numel *= new_size[view_d]
+                view_numel = view_numel * new_size[view_d]
                 view_d -= 1
-            if view_numel != tensor_numel:
+            if not same(view_numel, tensor_numel):
                 return None
             if tensor_d > 0:
                 chunk_base_stride = old_stride[tensor_d - 1]
-                tensor_numel = 1
-                view_numel = 1
+                tensor_numel = sympy.Integer(1)
+                view_numel = sympy.Integer(1)
     if view_d != -1:
         return None
-    return new_stride
+    return [sympy.expand(s) for s in new_stride]
 
 
 @register_lowering(aten.view, aten._unsafe_view, aten.reshape)
 def view(x, size):
     if isinstance(size, torch.dtype):
         raise Unsupported("view as another dtype")
-    old_size = _ints(x.get_size())
-    numel = 1
-    for s in old_size:
-        numel *= s
-    new_size = _infer_size(_ints(size), numel)
-    if new_size == old_size:
+    old_size = [sym.sint(s) for s in x.get_size()]
+    new_size = _infer_size(size, sym.product(old_size))
+    if sym.same_sizes(new_size, old_size):
         return x
     layout = strided_layout_of(x)
     if layout is not None:
-        strides = _view_strides(old_size, _ints(layout.stride), new_size)
+        strides = _view_strides(old_size, list(layout.stride), new_size)
         if strides is not None:
             return _restride(x, new_size, strides, layout.offset)
-    old_sym = [sympy.Integer(s) for s in old_size]
-    new_sym = [sympy.Integer(s) for s in new_size]
 
     def reindex(index):
-        flat = sum((i * st for i, st in zip(index, sym.contiguous_strides(new_sym))), sympy.Integer(0))
-        return sym.unflatten(flat, old_sym)
+        flat = sum((i * st for i, st in zip(index, sym.contiguous_strides(new_size))), sympy.Integer(0))
+        return sym.unflatten(flat, old_size)
 
     def restride(base):
-        strides = _view_strides(old_size, _ints(base.stride), new_size)
+        strides = _view_strides(old_size, list(base.stride), new_size)
         return None if strides is None else _with_strides(base, new_size, strides, base.offset)
-    return TensorBox(GenericView(x.data, new_sym, reindex, restride))
+    return TensorBox(GenericView(x.data, new_size, reindex, restride))
 
 
 @register_lowering(aten.slice)
 def slice_(x, dim=0, start=None, end=None, step=1):
     size = list(x.get_size())
     dim = normalize_dim(dim, len(size))
-    length = sym.to_int(size[dim])
-    start = 0 if start is None else start
-    end = length if end is None else end
-    start = max(0, min(length, start + length if start < 0 else start))
-    end = max(start, min(length, end + length if end < 0 else end))
-    new_len = (end - start + step - 1) // step
-    new_size = size[:dim] + [sympy.Integer(new_len)] + size[dim + 1:]
+    length = size[dim]
+    if sym.is_static(length) and all(v is None or isinstance(v, int) for v in (start, end)):
+        length = sym.to_int(length)
+        start = 0 if start is None else start
+        end = length if end is None else end
+        start = max(0, min(length, start + length if start < 0 else start))
+        end = max(start, min(length, end + length if end < 0 else end))
+        new_len = sympy.Integer((end - start + step - 1) // step)
+    else:   # symbolic bounds: the result's length is the one Dynamo recorded
+        start = sympy.Integer(0) if start is None else sym.sint(start)
+        if start.is_Integer and int(start) < 0:
+            start = start + length
+        new_len = sym.sint(_meta_size(dim))
+    new_size = size[:dim] + [new_len] + size[dim + 1:]
     layout = strided_layout_of(x)
     if layout is not None:
         stride = list(layout.stride)
@@ -187,12 +186,17 @@ def slice_(x, dim=0, start=None, end=None, step=1):
     return TensorBox(GenericView(x.data, new_size, reindex, restride))
 
 
+def _meta_size(dim):
+    from ..graph import current_graph
+    return current_graph().current_node.meta["val"].shape[dim]
+
+
 @register_lowering(aten.select)
 def select(x, dim, index):
     size = list(x.get_size())
     dim = normalize_dim(dim, len(size))
-    if index < 0:
-        index += sym.to_int(size[dim])
+    if isinstance(index, int) and index < 0:
+        index = size[dim] + index
     new_size = size[:dim] + size[dim + 1:]
     layout = strided_layout_of(x)
     if layout is not None:
@@ -201,7 +205,7 @@ def select(x, dim, index):
         return _restride(x, new_size, stride[:dim] + stride[dim + 1:], offset)
 
     def reindex(idx):
-        return list(idx[:dim]) + [sympy.Integer(index)] + list(idx[dim:])
+        return list(idx[:dim]) + [sym.sint(index)] + list(idx[dim:])
 
     def restride(base):
         stride = list(base.stride)
@@ -231,6 +235,8 @@ def diagonal(x, offset=0, dim1=0, dim2=1):
     size = list(x.get_size())
     ndim = len(size)
     d1, d2 = normalize_dim(dim1, ndim), normalize_dim(dim2, ndim)
+    if not (sym.is_static(size[d1]) and sym.is_static(size[d2])):
+        raise Unsupported("the diagonal of symbolic dims")
     row_start, col_start = (0, offset) if offset >= 0 else (-offset, 0)
     length = max(0, min(sym.to_int(size[d1]) - row_start, sym.to_int(size[d2]) - col_start))
     kept = [d for d in range(ndim) if d not in (d1, d2)]
@@ -265,14 +271,21 @@ def _split_with_sizes(x, split_sizes, dim=0):
     return [slice_(x, dim, start, start + length) for start, length in zip(starts, split_sizes)]
 
 
+def _static_length(x, dim):
+    length = x.get_size()[normalize_dim(dim, len(x.get_size()))]
+    if not sym.is_static(length):
+        raise Unsupported("splitting a dim of symbolic length into pieces")
+    return sym.to_int(length)
+
+
 def _split(x, split_size, dim=0):
-    length = sym.to_int(x.get_size()[normalize_dim(dim, len(x.get_size()))])
+    length = _static_length(x, dim)
     sizes = [min(split_size, length - start) for start in range(0, length, split_size)] or [0]
     return _split_with_sizes(x, sizes, dim)
 
 
 def _unbind(x, dim=0):
-    return [select(x, dim, k) for k in range(sym.to_int(x.get_size()[normalize_dim(dim, len(x.get_size()))]))]
+    return [select(x, dim, k) for k in range(_static_length(x, dim))]
 
 
 def _copied(view_fn):

@@ -210,3 +210,53 @@ def online_softmax_merge(running_max, running_sum, axis: tl.constexpr):
     else:
         shift = row_max[None, :]
     return tl.sum(running_sum * exp_shifted(running_max, shift), axis)
+
+
+# ---- integer division: C's truncating / and %, without LLVM's undefined cases ----------
+# sdiv/srem are undefined for a zero divisor and for INT_MIN / -1, and LLVM may fold code
+# around them on that assumption. A zero divisor gives 0 (eager's CUDA result there is
+# unspecified; the C++ backend raises eager's CPU error), INT_MIN // -1 wraps to INT_MIN
+# and INT_MIN % -1 is 0, as in eager.
+
+@triton.jit
+def _safe_divisor(b):
+    if b.dtype.is_int_signed():
+        return tl.where((b == 0) | (b == -1), 1, b)
+    return tl.where(b == 0, 1, b)
+
+
+@triton.jit
+def div_trunc(a, b):
+    q = a // _safe_divisor(b)
+    if b.dtype.is_int_signed():
+        q = tl.where(b == -1, -a, q)
+    return tl.where(b == 0, 0, q)
+
+
+@triton.jit
+def mod_trunc(a, b):
+    r = a % _safe_divisor(b)
+    return tl.where(b == 0, 0, r)
+
+
+# ---- shifts: eager's values for amounts outside [0, bits) ------------------------------
+# (LLVM's shl/ashr/lshr give poison there.) a << b is 0; a >> b fills with the sign bit
+# for signed a and is 0 for unsigned a.
+
+@triton.jit
+def _shift_out_of_range(b):
+    return (b < 0) | (b >= b.dtype.primitive_bitwidth)
+
+
+@triton.jit
+def shift_left(a, b):
+    out_of_range = _shift_out_of_range(b)
+    return tl.where(out_of_range, 0, a << tl.where(out_of_range, 0, b))
+
+
+@triton.jit
+def shift_right(a, b):
+    out_of_range = _shift_out_of_range(b)
+    if b.dtype.is_int_signed():
+        return a >> tl.where(out_of_range, b.dtype.primitive_bitwidth - 1, b)
+    return tl.where(out_of_range, 0, a >> tl.where(out_of_range, 0, b))

@@ -25,12 +25,18 @@ import triton
 
 from .. import config as tf_config
 from . import autotuner
-from .heuristics import MAX_GRID_YZ, Config, candidate_configs
+from .heuristics import MAX_GRID_YZ, Config, candidate_configs, is_persistent_reduction_ok
 
 log = logging.getLogger("tritonfuse.autotune")
 
 _modules_lock = threading.Lock()
 _loaded_kernels: dict[tuple[str, str], Any] = {}   # (source sha, name) -> JIT function
+
+# First runs (load, Triton compile, config choice, benchmarks) take turns, process-wide:
+# candidates benchmarked by two threads at once on one GPU time each other, not themselves
+# (and those timings are stored), and Triton's compiler parses Python ASTs, whose C-level
+# state CPython shares between threads. Later runs take no lock.
+_first_runs = threading.RLock()
 
 
 # --- loading ------------------------------------------------------------------------------
@@ -189,9 +195,11 @@ class TritonLauncher:
     # Launch compiled kernels through the CompiledKernel directly after the first run.
     fast_launch = True
 
-    def __init__(self, name: str, source: str, kind: str, numels: dict[str, int],
+    def __init__(self, name: str, source: str, kind: str, numels: dict[str, int] | None,
                  mutated_arg_indices: Sequence[int] = (), device_type: str = "cuda",
                  configs: Sequence[Config] | None = None, *, reduction_hint: str | None = None):
+        if numels is None:   # symbolic sizes: one launcher per size bucket (DynamicTritonLauncher)
+            raise TypeError("TritonLauncher needs static numels; use DynamicTritonLauncher")
         self.name = name
         self.source = source
         self.kind = kind
@@ -203,7 +211,6 @@ class TritonLauncher:
         self._candidates: list[Config] | None = None
         self.chosen_config: Config | None = None
         self.timings_ms: dict[str, float] | None = None
-        self._lock = threading.Lock()
         self._fn = None              # JITFunction, or InterpretedFunction for the interpreter
         self._interpreted = False
 
@@ -223,18 +230,20 @@ class TritonLauncher:
 
     # -- grid and launches -----------------------------------------------------------------
 
-    def grid(self, cfg: Config) -> tuple[int, int, int]:
-        """(cdiv(x, XBLOCK), cdiv(y, YBLOCK) or 1, 1): x always on axis 0 (no 65535 limit)."""
-        x_programs = triton.cdiv(self.numels["x"], cfg.kwargs.get("XBLOCK", 1))
-        y_programs = triton.cdiv(self.numels["y"], cfg.kwargs["YBLOCK"]) if "y" in self.numels else 1
+    def grid(self, cfg: Config, numels: dict[str, int] | None = None) -> tuple[int, int, int]:
+        """(cdiv(x, XBLOCK), cdiv(y, YBLOCK) or 1, 1): x always on axis 0 (no 65535 limit).
+        ``numels``: this launch's sizes, when they are not the launcher's."""
+        numels = self.numels if numels is None else numels
+        x_programs = triton.cdiv(numels["x"], cfg.kwargs.get("XBLOCK", 1))
+        y_programs = triton.cdiv(numels["y"], cfg.kwargs["YBLOCK"]) if "y" in numels else 1
         if y_programs > MAX_GRID_YZ:
             raise ValueError(f"{self.name}: {y_programs} programs on grid axis 1 exceed "
                              f"{MAX_GRID_YZ}; use a larger YBLOCK than in {cfg}")
         return (x_programs, y_programs, 1)
 
-    def _bind(self, cfg: Config) -> Callable[..., Any]:
+    def _bind(self, cfg: Config, numels: dict[str, int] | None = None) -> Callable[..., Any]:
         """A callable taking run()'s args that launches with `cfg` (the general path)."""
-        bound = self._fn[self.grid(cfg)]
+        bound = self._fn[self.grid(cfg, numels)]
         kwargs = dict(cfg.kwargs)
         if self._interpreted:
             def launch_interpreted(*args):
@@ -248,10 +257,12 @@ class TritonLauncher:
 
     def run(self, *args: Any) -> None:
         """Launch the kernel on `args` (tensors, then numels as ints, as in its signature)."""
-        with self._lock:
-            if "run" in self.__dict__:   # another thread finished the first run meanwhile
-                return self.__dict__["run"](*args)
-            self._first_run(args)
+        with _first_runs:
+            launch = self.__dict__.get("run")   # another thread's first run may have bound it
+            if launch is None:
+                self._first_run(args)
+                return None
+        return launch(*args)
 
     def _load(self) -> None:
         fn = load_kernel(self.name, self.source, tf_config.cache_dir)
@@ -328,6 +339,78 @@ class TritonLauncher:
         except OSError as e:
             log.warning("autotune %s: could not write the autotune cache: %s", self.name, e)
         return cfg
+
+
+# --- symbolic sizes ----------------------------------------------------------------------
+
+NUMEL_ARGS = {"pointwise": ("x",), "pointwise_2d": ("y", "x"), "reduction": ("x", "r"),
+              "persistent_reduction": ("x", "r")}
+
+
+def size_bucket(numels: dict[str, int]) -> tuple:
+    """The autotune key of a launch with these sizes: each numel's next power of two. One
+    config (and one tuning) serves every size of a bucket."""
+    from .heuristics import next_power_of_2
+    return tuple((k, next_power_of_2(v)) for k, v in sorted(numels.items()))
+
+
+class DynamicTritonLauncher:
+    """Launches a kernel generated for symbolic sizes: its sizes arrive with each call
+    (the trailing numel arguments of ``run``). The kernel source is the same for every
+    size; each size bucket gets its own ``TritonLauncher`` (its configs, its tuning), all
+    sharing one loaded kernel."""
+
+    def __init__(self, name: str, source: str, kind: str, numels=None, mutated_arg_indices: Sequence[int] = (),
+                 device_type: str = "cuda", configs=None, *, reduction_hint: str | None = None,
+                 persistent_source: str | None = None):
+        self.name = name
+        self.source = source
+        self.kind = kind
+        # a looped reduction may come with a persistent form: used where the rows fit
+        self.persistent_source = persistent_source
+        self.mutated_arg_indices = list(mutated_arg_indices)
+        self.device_type = device_type
+        self.reduction_hint = reduction_hint
+        self.numel_names = NUMEL_ARGS[kind]
+        self.by_bucket: dict[tuple, TritonLauncher] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"DynamicTritonLauncher({self.name}, {self.kind}, buckets={list(self.by_bucket)})"
+
+    def run(self, *args: Any) -> None:
+        numels = dict(zip(self.numel_names, args[len(args) - len(self.numel_names):]))
+        if any(n == 0 for n in numels.values()):
+            return None
+        bucket = size_bucket(numels)
+        launcher = self.by_bucket.get(bucket)
+        if launcher is None:
+            with self._lock:
+                launcher = self.by_bucket.get(bucket)
+                if launcher is None:
+                    kind, source = self.kind, self.source
+                    if self.persistent_source is not None and is_persistent_reduction_ok(numels, self.reduction_hint):
+                        kind, source = "persistent_reduction", self.persistent_source
+                    launcher = _BucketLauncher(self.name, source, kind, numels, self.mutated_arg_indices,
+                                               self.device_type, reduction_hint=self.reduction_hint)
+                    self.by_bucket[bucket] = launcher
+        return launcher.run_sized(numels, args)
+
+
+class _BucketLauncher(TritonLauncher):
+    """The launcher of one size bucket: configs chosen for the first sizes seen in it
+    (sizes of a bucket are within 2x of each other), the grid computed at every launch."""
+    fast_launch = False
+
+    def run_sized(self, numels: dict[str, int], args: Sequence[Any]) -> None:
+        if self.chosen_config is None:
+            with _first_runs:
+                if self.chosen_config is None:
+                    self.numels = {k: int(v) for k, v in numels.items()}   # they choose the configs
+                    self._first_run(args)
+                    return None
+        # this launch's own sizes: other threads launch other sizes of the bucket meanwhile
+        return self._bind(self.chosen_config, numels)(*args)
 
 
 # --- direct launches of compiled kernels -------------------------------------------------

@@ -24,6 +24,21 @@ def ensure_layout(tensor, size, stride):
     if tuple(tensor.shape) != tuple(size):
         raise RuntimeError(f"tritonfuse: input of shape {tuple(tensor.shape)} passed to a graph compiled for "
                            f"{tuple(size)}")
+    if all(n == 1 or have == want for n, have, want in zip(size, tensor.stride(), stride)):
+        return tensor       # strides differ only on dims of length 1, where they mean nothing
     fixed = torch.empty_strided(size, stride, dtype=tensor.dtype, device=tensor.device)
-    fixed.copy_(tensor)
+    expanded = [d for d, (n, st) in enumerate(zip(size, stride)) if n > 1 and st == 0]
+    if not expanded:
+        fixed.copy_(tensor)
+        return fixed
+    # compiled for an expanded input (stride 0): every element along those dims is read
+    # from one place, which is right only if the values repeat along them
+    source = tensor
+    for d in expanded:
+        source = source.narrow(d, 0, 1)
+    if not torch.equal(source.expand(size), tensor):
+        raise RuntimeError(f"tritonfuse: a graph compiled for an input expanded along dims {expanded} got one "
+                           "whose values differ along them")
+    compact = [1 if d in expanded else n for d, n in enumerate(size)]
+    fixed.as_strided(compact, stride).copy_(source)
     return fixed

@@ -24,13 +24,15 @@ from ...ops_table import reduction_identity
 from ...virtualized import set_ops_handler
 from ..common import CSE, CSEVariable, IndentedBuffer, IndexPrinter, KernelArgs
 from ..loops import Segment, buffers_crossing_loops, plan_segments
-from .overrides import TRITON_TYPES
+from .overrides import TRITON_INTEGER_DIVISION, TRITON_INTEGER_SHIFTS, TRITON_TYPES, shift_by_constant
 
 INT32_MAX = 2**31 - 1
 
 
 class TritonPrinter(IndexPrinter):
     floordiv_op = "//"
+    min_function = "tl.minimum"
+    max_function = "tl.maximum"
 
 
 _printer = TritonPrinter()
@@ -72,7 +74,7 @@ class _Segment:
 
 
 class TritonKernel:
-    def __init__(self, group, internal, graph, ops_table, configs, kind, numels=None):
+    def __init__(self, group, internal, graph, ops_table, configs, kind, numels=None, report_zero_division=False):
         self.group = group
         self.graph = graph
         self.ops_table = ops_table
@@ -90,15 +92,23 @@ class TritonKernel:
         self.mask_stack: List[str] = []
         self.acc_counter = 0
         self.dim_counter = {"x": 0, "r": 0, "y": 0}
-        blocks = [c.kwargs for c in configs]
+        self.size_symbols = set()   # size symbols the kernel reads: parameters of its own
         x_extent = numels["x"] if self.tiled else self.x_numel
-        self.needs_xmask = any(x_extent % b["XBLOCK"] for b in blocks)
-        self.needs_ymask = self.tiled and any(numels["y"] % b["YBLOCK"] for b in blocks)
-        if kind == "persistent_reduction":
-            self.needs_rmask = any(self.r_numel != b["RBLOCK"] for b in blocks)
+        if configs is None:      # symbolic sizes: blocks are chosen at launch, so mask everything
+            self.needs_xmask, self.needs_ymask, self.needs_rmask = True, self.tiled, self.has_r
         else:
-            self.needs_rmask = self.has_r and any(self.r_numel % b["RBLOCK"] for b in blocks)
+            blocks = [c.kwargs for c in configs]
+            self.needs_xmask = any(sym.to_int(x_extent) % b["XBLOCK"] for b in blocks)
+            self.needs_ymask = self.tiled and any(sym.to_int(numels["y"]) % b["YBLOCK"] for b in blocks)
+            if kind == "persistent_reduction":
+                self.needs_rmask = any(sym.to_int(self.r_numel) != b["RBLOCK"] for b in blocks)
+            else:
+                self.needs_rmask = self.has_r and any(sym.to_int(self.r_numel) % b["RBLOCK"] for b in blocks)
         self.use_int64 = self._needs_int64()
+        # CPU tensors (the interpreter): integer divisions flag a zero divisor in
+        # zero_division_ptr, and the wrapper raises eager's error (CUDA eager raises none)
+        self.report_zero_division = report_zero_division
+        self.checks_division = False
         # per-node state
         self.plan = None
         self.node_kind = None
@@ -107,12 +117,14 @@ class TritonKernel:
 
     # ---- planning ---------------------------------------------------------------------
     def _needs_int64(self):
-        biggest = self.x_numel * self.r_numel
+        """Whether some index may pass 2**31 - 1. Under symbolic sizes int32 indexing is
+        kept only where a guard (or what is already known of the sizes) says it fits."""
+        extents = [self.x_numel * self.r_numel]
         for name in self.group.names | self.group.read_names():
             buffer = self.graph.name_to_buffer.get(name)
             if buffer is not None:
-                biggest = max(biggest, buffer.layout.storage_size())
-        return biggest > INT32_MAX
+                extents.append(buffer.layout.storage_size())
+        return not all(sym.current_sizevars().known_lt(extent, INT32_MAX + 1) for extent in extents)
 
     # ---- driving ----------------------------------------------------------------------
     def generate(self):
@@ -176,6 +188,7 @@ class TritonKernel:
             return [flat] * len(sizes)
         symbols = []
         for expr in sym.unflatten(flat, sizes):
+            self.size_symbols |= sym.size_symbols(expr)
             definition = texpr(expr)
             name = self.index_defs.get(definition)
             if name is None:
@@ -195,7 +208,9 @@ class TritonKernel:
             mapping[sympy.Symbol(f"x{i}", integer=True, nonnegative=True)] = s
         for i, s in enumerate(self.r_symbols):
             mapping[sympy.Symbol(f"r{i}", integer=True, nonnegative=True)] = s
-        return canonical.xreplace(mapping)
+        result = canonical.xreplace(mapping)
+        self.size_symbols |= sym.size_symbols(result)
+        return result
 
     def _pointer_offset(self, index) -> str:
         """The index as printed; a block of it when it depends on no block variable."""
@@ -284,7 +299,8 @@ class TritonKernel:
         return self.cse.generate(self.out, expr, dtype, over_r=self._value_over_r())
 
     def indirect_indexing(self, value, size):
-        size = sym.to_int(size)
+        self.size_symbols |= sym.size_symbols(size)
+        size = texpr(sympy.sympify(size))
         wrapped = self.cse.generate(self.out, f"tl.where({value} < 0, {value} + {size}, {value})", torch.int64,
                                     over_r=value.over_r if isinstance(value, CSEVariable) else False)
         mask = " & ".join(["ymask"] * self.needs_ymask + ["xmask"] * self.needs_xmask + self.mask_stack)
@@ -329,10 +345,37 @@ class TritonKernel:
 
         def emit(*operands):
             dtype = _result_dtype(name, operands)
-            text = template.format(*[str(o) for o in operands])
             over_r = any(getattr(o, "over_r", False) for o in operands)
+            chosen = template
+            if _is_integer(operands[0].dtype):
+                chosen = self._integer_template(name, operands, over_r) or template
+            text = chosen.format(*[str(o) for o in operands])
             return self.cse.generate(self.out, text, dtype, over_r=over_r)
         return emit
+
+    def _integer_template(self, name, operands, over_r) -> Optional[str]:
+        """Integer division and shifts with eager's semantics (overrides.py), or None."""
+        right = operands[1] if len(operands) > 1 else None
+        if name in TRITON_INTEGER_SHIFTS:
+            if isinstance(right, Constant):
+                return shift_by_constant(name, operands[0].dtype, int(right.value))
+            return TRITON_INTEGER_SHIFTS[name]
+        if name in TRITON_INTEGER_DIVISION and not isinstance(right, Constant):
+            if self.report_zero_division:
+                self._flag_zero_divisor(right, over_r)
+            return TRITON_INTEGER_DIVISION[name]
+        return None
+
+    def _flag_zero_divisor(self, divisor, over_r):
+        """Set zero_division_ptr[0] when a lane that holds an element divides by zero."""
+        self.checks_division = True
+        parts = [f"({divisor} == 0)"] + ["ymask"] * self.needs_ymask + ["xmask"] * self.needs_xmask
+        parts += ["rmask"] * (self.needs_rmask and over_r) + self.mask_stack
+        condition = " & ".join(parts)
+        if condition in self.cse.cache:   # flagged already (x // y and x % y share a divisor)
+            return
+        zero = self.cse.generate(self.out, condition, torch.bool, over_r=over_r)
+        self.out.writeline(f"tl.store(zero_division_ptr + tl.zeros({zero}.shape, tl.int32), 1, {zero})")
 
     # ---- ops: reductions --------------------------------------------------------------
     def reduction(self, dtype, src_dtype, reduction_type, value):
@@ -370,7 +413,8 @@ class TritonKernel:
             masked = self.cse.generate(self.out, f"tl.where({mask}, {v}, 0.0)" if mask else str(v), torch.float32,
                                        over_r=True)
             total = self.cse.generate(self.out, f"tl.sum({masked}, 1)[:, None]", torch.float32)
-            mean = self.cse.generate(self.out, f"{total} / {float(self.r_numel)}", torch.float32)
+            count = float(sym.to_int(self.r_numel)) if sym.is_static(self.r_numel) else "rnumel"
+            mean = self.cse.generate(self.out, f"{total} / {count}", torch.float32)
             deviation = self.cse.generate(self.out, f"tl.where({mask}, {v} - {mean}, 0.0)" if mask
                                           else f"{v} - {mean}", torch.float32, over_r=True)
             m2 = self.cse.generate(self.out, f"tl.sum({deviation} * {deviation}, 1)[:, None]", torch.float32)
@@ -492,6 +536,10 @@ def _cast_python(value, dtype):
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         raise ValueError("non-finite value cast to an integer dtype")
     return int(value)
+
+
+def _is_integer(dtype) -> bool:
+    return not dtype.is_floating_point and dtype != torch.bool
 
 
 def _result_dtype(op_name, operands):

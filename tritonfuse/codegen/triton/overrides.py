@@ -74,3 +74,29 @@ INTERPRETER_OPS = dict(
     round="tf_helpers.nearbyint({0})",
     pow="tf_helpers.pow({0}, {1})",
 )
+
+
+# ---- integers -------------------------------------------------------------------------
+# Division and shifts by an operand that is not a literal go through helpers that keep
+# off LLVM's undefined cases (a zero divisor, INT_MIN // -1, shift amounts outside
+# [0, bits)) and give eager's values there; see runtime/triton_helpers.py. Signed
+# arithmetic wraps: Triton emits LLVM add/sub/mul without nsw, and the interpreter computes
+# in numpy, which wraps.
+TRITON_INTEGER_DIVISION = {
+    "truncdiv": "tf_helpers.div_trunc({0}, {1})",
+    "mod": "tf_helpers.mod_trunc({0}, {1})",
+}
+TRITON_INTEGER_SHIFTS = {
+    "lshift": "tf_helpers.shift_left({0}, {1})",
+    "rshift": "tf_helpers.shift_right({0}, {1})",
+}
+
+
+def shift_by_constant(op_name, dtype, amount):
+    """The spelling of a shift by a literal amount: eager's value outside [0, bits)."""
+    bits = torch.iinfo(dtype).bits
+    if 0 <= amount < bits:
+        return TRITON_OPS[op_name]
+    if op_name == "rshift" and dtype.is_signed:
+        return f"{{0}} >> {bits - 1}"
+    return "{0} * 0"
