@@ -134,11 +134,20 @@ def _selected_ops(patterns):
 
 
 def _spawn(args, compiler, state, ops):
+    """Run a worker on ``ops``: its exit status, or None if the time limit stopped it."""
     command = [sys.executable, __file__, "--worker-ops", ",".join(ops), "--compiler", compiler,
                "--device", args.device, "--dtypes", args.dtypes, "--samples", str(args.samples),
                "--state", str(state), "--op-timeout", str(args.op_timeout)]
     quiet = None if args.verbose else subprocess.DEVNULL
-    return subprocess.run(command, cwd=_REPO, stdout=quiet, stderr=quiet).returncode
+    try:
+        return subprocess.run(command, cwd=_REPO, stdout=quiet, stderr=quiet, timeout=_time_left(args)).returncode
+    except subprocess.TimeoutExpired:   # killed at the time limit; its op in flight is left to a later run
+        return None
+
+
+def _time_left(args):
+    """Seconds until ``--time-limit`` runs out (None: no limit)."""
+    return None if args.deadline is None else max(0.0, args.deadline - time.monotonic())
 
 
 def sweep(args, compiler, names):
@@ -150,7 +159,7 @@ def sweep(args, compiler, names):
     started = time.perf_counter()
     done = _read_state(state)
     todo = [n for n in names if any((n, d) not in done for d in dtypes)]
-    jobs = max(1, min(args.jobs, len(todo)))
+    jobs = max(1, min(args.jobs or _auto_jobs(), len(todo)))
     parts = [state if jobs == 1 else state.with_name(f"{state.stem}.job{k}.jsonl") for k in range(jobs)]
     threads = [threading.Thread(target=_drive, args=(args, compiler, part, todo[k::jobs], len(names), started))
                for k, part in enumerate(parts)]
@@ -158,8 +167,14 @@ def sweep(args, compiler, names):
         thread.start()
     for thread in threads:
         thread.join()
-    print(f"[{compiler} {args.device}] done in {time.perf_counter() - started:.0f} s", flush=True)
+    stopped = " (stopped at the time limit)" if _time_left(args) == 0 else ""
+    print(f"[{compiler} {args.device}] done in {time.perf_counter() - started:.0f} s{stopped}", flush=True)
     return _read_state(state)
+
+
+def _auto_jobs():
+    """One worker per two CPUs, at most 8 (a GPU box runs 8 workers side by side)."""
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
 def _drive(args, compiler, part: Path, names, total, started):
@@ -168,12 +183,14 @@ def _drive(args, compiler, part: Path, names, total, started):
     while True:
         done, _ = _read_file(part)
         todo = [n for n in names if any((n, d) not in done for d in dtypes)]
-        if not todo:
+        if not todo or _time_left(args) == 0:
             return
         chunk = todo[:args.chunk]
         print(f"[{compiler} {args.device} {part.name}] {len(names) - len(todo)}/{len(names)} of this job "
               f"({total} ops), {time.perf_counter() - started:.0f} s; next: {chunk[0]} ...", flush=True)
         status = _spawn(args, compiler, part, chunk)
+        if status is None:
+            return
         _, victim = _read_file(part)
         if status != 0 and victim is not None:   # the op that killed (or hung) its worker
             with open(part, "a") as out:
@@ -261,16 +278,22 @@ def write_report(args, names, results, path: Path):
         status = collections.Counter(_status(n, tf[(n, dtype)], args.device, tables) for n in names
                                      if (n, dtype) in tf and tf[(n, dtype)]["outcome"] != "unsupported")
         tf_ok = sum(tf_counts[c] for c in GOOD)
+        tf_missing = sum((n, dtype) not in tf for n in names)
+        ind_missing = sum((n, dtype) not in ind for n in names)
         lines += [f"## Totals, {dtype}", ""]
         lines += ["| compiler | correct (pass+views+fallback) | pass | views | fallback | eager | wrong | crash | "
-                  "skip | dtype unsupported |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "skip | dtype unsupported | not run |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         lines.append(f"| tritonfuse | **{tf_ok}** | {tf_counts['pass']} | {tf_counts['views']} | "
                      f"{tf_counts['fallback']} | {tf_counts['eager']} | {tf_counts['wrong']} | {tf_counts['crash']} | "
-                     f"{tf_counts['skip']} | {tf_counts['unsupported']} |")
+                     f"{tf_counts['skip']} | {tf_counts['unsupported']} | {tf_missing} |")
         if ind:
             lines.append(f"| Inductor | **{ind_counts['pass']}** | — | — | — | {ind_counts['eager']} | "
                          f"{ind_counts['wrong']} | {ind_counts['crash']} | {ind_counts['skip']} | "
-                         f"{ind_counts['unsupported']} |")
+                         f"{ind_counts['unsupported']} | {ind_missing} |")
+        if tf_missing or (ind and ind_missing):
+            lines += ["", "*Not run*: ops the sweep did not reach before its `--time-limit`; run "
+                      "the same command again with the same state folder to carry on."]
         lines += ["", "tritonfuse's fallbacks and failures as the test sees them: "
                   + ", ".join(f"{key} {count}" for key, count in sorted(status.items())), ""]
     lines += ["## Per op", "", "| op | dtype | tritonfuse | test | Inductor | detail (first failing case) / fallbacks |",
@@ -296,7 +319,11 @@ def main(argv=None):
     parser.add_argument("--samples", type=int, default=2)
     parser.add_argument("--ops", default="", help="comma-separated names or fnmatch patterns (default: all)")
     parser.add_argument("--chunk", type=int, default=40, help="ops per worker process")
-    parser.add_argument("--jobs", type=int, default=1, help="worker processes at a time")
+    parser.add_argument("--jobs", type=int, default=0, help="worker processes at a time (default: one per two "
+                        "CPUs, at most 8)")
+    parser.add_argument("--time-limit", type=float, default=None, help="seconds for the whole sweep (every "
+                        "compiler): then the workers stop and the report covers the ops done; a later run with "
+                        "the same state folder carries on")
     parser.add_argument("--op-timeout", type=int, default=600, help="seconds one op may take before it counts "
                         "as a crash")
     parser.add_argument("--state-dir", type=Path, default=Path(tempfile.gettempdir()) / "tritonfuse_opinfo_sweep")
@@ -314,6 +341,7 @@ def main(argv=None):
     if args.worker_ops is not None:
         return run_worker(args)
 
+    args.deadline = None if args.time_limit is None else time.monotonic() + args.time_limit
     args.state_dir.mkdir(parents=True, exist_ok=True)
     names = _selected_ops(args.ops)
     results = {}
