@@ -130,3 +130,18 @@ def test_narrow_with_a_tensor_start(device):
     out = torch.compile(fn, backend="tritonfuse")(x, start)
     torch.testing.assert_close(out, fn(x, start))
     assert tritonfuse.metrics.eager_graphs == 0
+
+
+def test_float32_to_bfloat16_rounds_to_nearest_even(device):
+    """A kernel storing float32 values into a bfloat16 tensor rounds as eager does (to the
+    nearest, ties to even). Triton's interpreter once truncated: x.bfloat16() gave
+    -8.4375 where eager gives -8.5."""
+    ties = [1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8), -(1 + 3 * 2 ** -8)]
+    special = [float("nan"), float("inf"), -float("inf"), 3.4e38, -3.4e38, 1e-40, -1e-40, 0.0, -0.0, -8.46875]
+    x = torch.tensor(ties + special + torch.randn(50).tolist(), device=device)
+    check(lambda a: (a.to(torch.bfloat16), (a * 3).to(torch.bfloat16), torch.full_like(a, 0.1, dtype=torch.bfloat16)),
+          x, atol=0, rtol=0)
+    rows = rand(4, 33, device=device)
+    check(lambda a: a.sum(1).to(torch.bfloat16), rows, atol=0, rtol=0)
+    # and back: bfloat16 values (subnormals too) widen exactly
+    check(lambda a: (a.float() * 2, a * 2), x.to(torch.bfloat16), atol=0, rtol=0)

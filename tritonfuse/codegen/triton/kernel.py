@@ -55,8 +55,6 @@ def triton_constant(value, dtype) -> str:
     return str(int(value))
 
 
-
-
 def compute_dtype(dtype):
     """The dtype a value of ``dtype`` lives in inside a kernel."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
@@ -258,7 +256,10 @@ class TritonKernel:
             last = self.segment_count - 1 == len(self.segments) - 1
             expr += ", eviction_policy='evict_first'" if last else ", eviction_policy='evict_last'"
         expr += ")"
-        if dtype in (torch.float16, torch.bfloat16):
+        widen = self.ops_table.get("load_" + str(dtype).replace("torch.", ""))
+        if widen is not None:
+            expr = widen.format(expr)
+        elif dtype in (torch.float16, torch.bfloat16):
             expr += ".to(tl.float32)"
         elif dtype == torch.bool:
             expr += ".to(tl.int1)"
@@ -272,8 +273,19 @@ class TritonKernel:
         pointer = self.args.output(name)
         index = self.kernel_index(index)
         mask = self._mask_for(index)
+        value = self._as_stored(name, value)
         line = f"tl.store({pointer} + ({self._pointer_offset(index)}), {value}" + (f", {mask})" if mask else ")")
         self.out.writeline(line)
+
+    def _as_stored(self, name, value) -> str:
+        """What a store into buffer ``name`` writes: ``value``, or ``value`` rounded to the
+        buffer's dtype where the op table says the store itself would not round as a
+        compiled store does (``store_bfloat16``: Triton's interpreter truncates)."""
+        dtype = self.graph.name_to_buffer[name].get_dtype()
+        template = self.ops_table.get("store_" + str(dtype).replace("torch.", ""))
+        if template is None or isinstance(value, Constant):   # constants are rounded already (constant())
+            return str(value)
+        return template.format(value)
 
     def store_reduction(self, name, index, value):
         self.stored[name] = (value, len(self.segments) - 1, False)
@@ -282,6 +294,7 @@ class TritonKernel:
         pointer = self.args.output(name)
         index = self.kernel_index(index)
         mask = "xmask" if self.needs_xmask else None
+        value = self._as_stored(name, value)
         line = f"tl.store({pointer} + ({self._pointer_offset(index)}), {value}" + (f", {mask})" if mask else ")")
         if self.looped:
             self.segment.deferred_stores.append(lambda buf, line=line: buf.writeline(line))
@@ -322,6 +335,8 @@ class TritonKernel:
 
     # ---- ops: values ------------------------------------------------------------------
     def constant(self, value, dtype):
+        if dtype in (torch.float16, torch.bfloat16):   # the value a tensor of that dtype holds
+            value = float(torch.tensor(float(value), dtype=dtype))
         return Constant(triton_constant(value, compute_dtype(dtype)), dtype, value=value)
 
     def to_dtype(self, value, dtype):
@@ -531,6 +546,8 @@ def _row_block(value) -> str:
 def _cast_python(value, dtype):
     if dtype == torch.bool:
         return bool(value)
+    if dtype in (torch.float16, torch.bfloat16):
+        return float(torch.tensor(float(value), dtype=dtype))   # rounded to the nearest, ties to even
     if dtype.is_floating_point:
         return float(value)
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
