@@ -4,19 +4,23 @@ through Inductor (the reference), and write ``docs/results/opinfo_<device>.md``.
 
     python scripts/opinfo_sweep.py                          # cpu (OpenMP C++), float32, 2 samples
     python scripts/opinfo_sweep.py --device triton-interpret
+    python scripts/opinfo_sweep.py --device cuda --compilers tritonfuse --time-limit 420 --out opinfo_cuda.md
     python scripts/opinfo_sweep.py --device cuda --dtypes float32,bfloat16
     python scripts/opinfo_sweep.py --ops 'sum,masked.*' --compilers tritonfuse --no-write
 
 Each op runs its first ``--samples`` samples alone and between generated pointwise ops
 (scripts/opinfo_harness.py says how, and what each outcome means). Ops run in chunks,
-one worker process per chunk, with ``torch._dynamo.reset()`` between ops; every result is
-appended to a JSON-lines state file as soon as it is known, so an interrupted sweep picks
-up where it stopped (``--fresh`` starts over). An op that kills its worker (a segfault)
-(a segfault, or a hang past ``--op-timeout``) is recorded as a crash and the sweep goes on
-with the next op.
+one worker process per chunk (``--jobs`` workers side by side), with
+``torch._dynamo.reset()`` between ops; every result is appended to a JSON-lines state
+file as soon as it is known, so an interrupted sweep picks up where it stopped
+(``--fresh`` starts over). An op that kills its worker (a segfault, or a hang past
+``--op-timeout``) is recorded as a crash and the sweep goes on with the next op.
+``--time-limit`` stops the workers after that many seconds (compilers in the order
+given) and reports the ops done; run again with the same ``--state-dir`` to go on.
 
 Inductor's CPU code is C++ whichever CPU column is swept, so its results for ``cpu`` are
-reused for ``triton-interpret`` when present in the state folder.
+reused for ``triton-interpret`` when present in the state folder. The OpInfo table needs
+``expecttest`` (the ``[test]`` extra); where it is missing a stand-in is used.
 """
 from __future__ import annotations
 
@@ -84,10 +88,12 @@ def _read_state(path: Path) -> dict:
 
 # ---- the worker: runs a chunk of ops in this process --------------------------------------
 
-def make_compiler(compiler, device):
+def make_compiler(compiler, device, autotune):
     from scripts.opinfo_harness import InductorCompiler, TritonfuseCompiler
     if compiler == "inductor":
         return InductorCompiler()
+    from tritonfuse import config
+    config.autotune = autotune
     return TritonfuseCompiler({"cpu": "cpp", "triton-interpret": "triton"}.get(device))
 
 
@@ -96,7 +102,7 @@ def run_worker(args):
     import torch
     from scripts.opinfo_harness import ops_by_name, run_op
     table = ops_by_name()
-    compiler = make_compiler(args.compiler, args.device)
+    compiler = make_compiler(args.compiler, args.device, args.autotune)
     device = _torch_device(args.device)
     with open(args.state, "a") as out:
         for name in args.worker_ops.split(","):
@@ -137,7 +143,7 @@ def _spawn(args, compiler, state, ops):
     """Run a worker on ``ops``: its exit status, or None if the time limit stopped it."""
     command = [sys.executable, __file__, "--worker-ops", ",".join(ops), "--compiler", compiler,
                "--device", args.device, "--dtypes", args.dtypes, "--samples", str(args.samples),
-               "--state", str(state), "--op-timeout", str(args.op_timeout)]
+               "--state", str(state), "--op-timeout", str(args.op_timeout), "--autotune", args.autotune]
     quiet = None if args.verbose else subprocess.DEVNULL
     try:
         return subprocess.run(command, cwd=_REPO, stdout=quiet, stderr=quiet, timeout=_time_left(args)).returncode
@@ -326,6 +332,8 @@ def main(argv=None):
                         "the same state folder carries on")
     parser.add_argument("--op-timeout", type=int, default=600, help="seconds one op may take before it counts "
                         "as a crash")
+    parser.add_argument("--autotune", default="none", choices=("none", "default", "max"), help="tritonfuse's "
+                        "launch-config tuning (default none: one config per kernel; the sweep checks results)")
     parser.add_argument("--state-dir", type=Path, default=Path(tempfile.gettempdir()) / "tritonfuse_opinfo_sweep")
     parser.add_argument("--fresh", action="store_true", help="forget earlier results of this configuration")
     parser.add_argument("--keep-inductor", action="store_true", help="with --fresh: keep Inductor's results")
