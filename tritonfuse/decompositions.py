@@ -11,7 +11,9 @@ DECOMPOSED_OPS = [
     # normalizations and softmax
     "_softmax", "_safe_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "logsumexp",
     "native_layer_norm", "native_layer_norm_backward", "native_group_norm", "native_group_norm_backward",
-    "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training", "native_batch_norm_backward",
+    "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+    "_native_batch_norm_legit_no_training", "_batch_norm_with_update", "_batch_norm_with_update_functional",
+    "_batch_norm_no_update", "native_batch_norm_backward", "batch_norm_backward",
     "rms_norm", "_fused_rms_norm", "linalg_vector_norm", "norm", "std_mean", "aminmax",
     # activations and their backwards
     "gelu", "gelu_backward", "silu", "silu_backward", "sigmoid_backward", "tanh_backward", "threshold_backward",

@@ -19,6 +19,13 @@ def _shape(values):
     return "(" + "".join(f"{pexpr(v)}, " for v in values) + ")"
 
 
+def op_reference(op) -> str:
+    """Python source naming an aten op or a higher-order op (``with_effects``)."""
+    if isinstance(op, torch._ops.HigherOrderOperator):
+        return f"torch.ops.higher_order.{op.name()}"
+    return f"torch.ops.{op}"
+
+
 def py_literal(value) -> str:
     """Python source for a fallback argument."""
     if isinstance(value, Buffer):
@@ -40,8 +47,10 @@ def py_literal(value) -> str:
         return f"torch.device({str(value)!r})"
     if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
         return str(value)
-    if isinstance(value, (bool, int, str)) or value is None:
+    if isinstance(value, (bool, int, str, complex)) or value is None:
         return repr(value)
+    if isinstance(value, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)):
+        return op_reference(value)   # with_effects(token, op, *args) takes the op it runs
     if isinstance(value, sympy.Basic):
         return pexpr(value)
     raise NotImplementedError(f"cannot pass {type(value).__name__} to a fallback")
@@ -157,7 +166,7 @@ class WrapperCodeGen:
         kernel = node.kernel
         args = ", ".join(py_literal(a) for a in kernel.args)
         kwargs = ", ".join(f"{k}={py_literal(v)}" for k, v in kernel.kwargs.items())
-        call = f"torch.ops.{kernel.op}({', '.join(p for p in (args, kwargs) if p)})"
+        call = f"{op_reference(kernel.op)}({', '.join(p for p in (args, kwargs) if p)})"
         self.writeline(f"# fallback: {kernel.op} ({kernel.reason})")
         results = [(out.name, out.path) for out in kernel.outputs] + \
                   [(str(symbol), path) for symbol, path in kernel.scalar_outputs]

@@ -46,6 +46,12 @@ def static_sizes(sizes, what):
     return [int(s) for s in sizes]
 
 
+def normalize_dim(dim: int, ndim: int) -> int:
+    """``dim`` as a non-negative index, wrapped as eager wraps it: a 0-d tensor accepts
+    dim 0 and -1 (both give 0, a dim it does not have: callers treat it as size 1)."""
+    return dim + max(ndim, 1) if dim < 0 else dim
+
+
 def _overloads(op):
     if isinstance(op, torch._ops.OpOverloadPacket):
         return [getattr(op, name) for name in op.overloads()]

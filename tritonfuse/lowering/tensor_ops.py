@@ -28,10 +28,14 @@ def _constant_tensor(value, meta):
                                       origins=("full",)))
 
 
-@register_lowering(aten.full, aten.full_like, aten.new_full)
-def full(*args, **kwargs):
-    fill = kwargs.get("fill_value", args[1] if len(args) > 1 else None)
-    return _constant_tensor(fill, _meta())
+@register_lowering(aten.full, aten.full_like)
+def full(size_or_like, fill_value, **kwargs):
+    return _constant_tensor(fill_value, _meta())
+
+
+@register_lowering(aten.new_full)
+def new_full(x, size, fill_value, **kwargs):
+    return _constant_tensor(fill_value, _meta())
 
 
 @register_lowering(aten.zeros, aten.zeros_like, aten.new_zeros)

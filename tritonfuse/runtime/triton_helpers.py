@@ -366,3 +366,24 @@ def argmax_total(values, indices, axis: tl.constexpr):
 @triton.jit
 def argmin_total(values, indices, axis: tl.constexpr):
     return tl.reduce((values, indices), axis, scan_argmin)
+
+
+# ---- conversions ----------------------------------------------------------------------
+
+@triton.jit
+def round_to_bfloat16(x):
+    """float32 ``x`` as bfloat16, rounded to the nearest (ties to even; NaN stays NaN,
+    overflow gives inf, subnormals kept): what a compiled store into a bfloat16 buffer
+    does. Triton's interpreter truncates instead (and flushes subnormals), so this rounds
+    with integer ops and returns the bfloat16 bits, which a store copies as they are."""
+    x = x.to(tl.float32)
+    bits = x.to(tl.uint32, bitcast=True)
+    rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
+    rounded = tl.where(x != x, (bits >> 16) | 0x40, rounded)   # a quiet NaN of the same sign
+    return rounded.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def bfloat16_to_float32(x):
+    """bfloat16 ``x`` widened to float32, exactly (subnormals included)."""
+    return (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)

@@ -55,8 +55,6 @@ def triton_constant(value, dtype) -> str:
     return str(int(value))
 
 
-
-
 def compute_dtype(dtype):
     """The dtype a value of ``dtype`` lives in inside a kernel."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
@@ -258,7 +256,10 @@ class TritonKernel:
             last = self.segment_count - 1 == len(self.segments) - 1
             expr += ", eviction_policy='evict_first'" if last else ", eviction_policy='evict_last'"
         expr += ")"
-        if dtype in (torch.float16, torch.bfloat16):
+        widen = self.ops_table.get("load_" + str(dtype).replace("torch.", ""))
+        if widen is not None:
+            expr = widen.format(expr)
+        elif dtype in (torch.float16, torch.bfloat16):
             expr += ".to(tl.float32)"
         elif dtype == torch.bool:
             expr += ".to(tl.int1)"
@@ -272,8 +273,19 @@ class TritonKernel:
         pointer = self.args.output(name)
         index = self.kernel_index(index)
         mask = self._mask_for(index)
+        value = self._as_stored(name, value)
         line = f"tl.store({pointer} + ({self._pointer_offset(index)}), {value}" + (f", {mask})" if mask else ")")
         self.out.writeline(line)
+
+    def _as_stored(self, name, value) -> str:
+        """What a store into buffer ``name`` writes: ``value``, or ``value`` rounded to the
+        buffer's dtype where the op table says the store itself would not round as a
+        compiled store does (``store_bfloat16``: Triton's interpreter truncates)."""
+        dtype = self.graph.name_to_buffer[name].get_dtype()
+        template = self.ops_table.get("store_" + str(dtype).replace("torch.", ""))
+        if template is None or isinstance(value, Constant):   # constants are rounded already (constant())
+            return str(value)
+        return template.format(value)
 
     def store_reduction(self, name, index, value):
         self.stored[name] = (value, len(self.segments) - 1, False)
@@ -282,6 +294,7 @@ class TritonKernel:
         pointer = self.args.output(name)
         index = self.kernel_index(index)
         mask = "xmask" if self.needs_xmask else None
+        value = self._as_stored(name, value)
         line = f"tl.store({pointer} + ({self._pointer_offset(index)}), {value}" + (f", {mask})" if mask else ")")
         if self.looped:
             self.segment.deferred_stores.append(lambda buf, line=line: buf.writeline(line))
@@ -351,6 +364,8 @@ class TritonKernel:
 
     # ---- ops: values ------------------------------------------------------------------
     def constant(self, value, dtype):
+        if dtype in (torch.float16, torch.bfloat16):   # the value a tensor of that dtype holds
+            value = float(torch.tensor(float(value), dtype=dtype))
         return Constant(triton_constant(value, compute_dtype(dtype)), dtype, value=value)
 
     def to_dtype(self, value, dtype):
@@ -419,9 +434,9 @@ class TritonKernel:
         identity = triton_constant(reduction_identity(reduction_type, acc_dtype), acc_dtype)
         ttype = TRITON_TYPES[acc_dtype]
         mask = " & ".join((["xmask"] if self.needs_xmask else []) + (["rmask"] if self.needs_rmask else []))
-        value_text = f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])"
+        value_text = _row_block(value)
         if reduction_type in ("any", "all"):
-            value_text = f"tl.broadcast_to(({value}) != 0, [XBLOCK, RBLOCK])"
+            value_text = f"({value_text} != 0)"
         result_dtype = torch.int64 if reduction_type in ("argmax", "argmin") else dtype
         if self.looped:
             result = self._looped_reduction(reduction_type, value_text, mask, identity, ttype, result_dtype)
@@ -477,7 +492,7 @@ class TritonKernel:
         if key in self.cse.cache:
             return self.cse.cache[key]
         mask = " & ".join((["xmask"] if self.needs_xmask else []) + (["rmask"] if self.needs_rmask else []))
-        v = self.cse.generate(self.out, f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])", torch.float32, over_r=True)
+        v = self.cse.generate(self.out, _row_block(value), torch.float32, over_r=True)
         if not self.looped:
             masked = self.cse.generate(self.out, f"tl.where({mask}, {v}, 0.0)" if mask else str(v), torch.float32,
                                        over_r=True)
@@ -517,7 +532,7 @@ class TritonKernel:
         if key in self.cse.cache:
             return self.cse.cache[key]
         mask = " & ".join((["xmask"] if self.needs_xmask else []) + (["rmask"] if self.needs_rmask else []))
-        v = self.cse.generate(self.out, f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])", torch.float32, over_r=True)
+        v = self.cse.generate(self.out, _row_block(value), torch.float32, over_r=True)
         if mask:
             v = self.cse.generate(self.out, f'tl.where({mask}, {v}, float("-inf"))', torch.float32, over_r=True)
         if not self.looped:
@@ -589,9 +604,19 @@ class Constant(CSEVariable):
     value: object = 0
 
 
+def _row_block(value) -> str:
+    """``value`` as an [XBLOCK, RBLOCK] block for a reduction: a literal (sum(ones)) is
+    not a tensor that tl.broadcast_to takes, so it becomes a tl.full."""
+    if isinstance(value, Constant):
+        return f"tl.full([XBLOCK, RBLOCK], {value}, {TRITON_TYPES[compute_dtype(value.dtype)]})"
+    return f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])"
+
+
 def _cast_python(value, dtype):
     if dtype == torch.bool:
         return bool(value)
+    if dtype in (torch.float16, torch.bfloat16):
+        return float(torch.tensor(float(value), dtype=dtype))   # rounded to the nearest, ties to even
     if dtype.is_floating_point:
         return float(value)
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):

@@ -95,6 +95,11 @@ INTERPRETER_OPS = dict(
     trunc="tf_helpers.trunc({0})",
     round="tf_helpers.nearbyint({0})",
     pow="tf_helpers.pow({0}, {1})",
+    # bfloat16 <-> float32 conversions of loads and stores: compiled, a store rounds to the
+    # nearest (ties to even) and subnormals are kept; the interpreter truncates and flushes
+    # subnormals to zero, so these convert bit by bit
+    load_bfloat16="tf_helpers.bfloat16_to_float32({0})",
+    store_bfloat16="tf_helpers.round_to_bfloat16({0})",
 )
 
 # ---- math beyond the basics, for the interpreter: pure-tl versions (runtime/triton_math.py)
