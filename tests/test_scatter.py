@@ -24,8 +24,11 @@ def _ordered(device) -> bool:
 
 
 def _no_fallbacks():
-    assert tritonfuse.metrics.fallbacks == {}, tritonfuse.metrics.fallbacks
-    assert kernel_count() > 0
+    """No fallback but the one by design: on a GPU, where eager's op lands colliding writes
+    in a fixed order, a write that may collide (float accumulation) stays with aten."""
+    by_design = {op: why for op, why in tritonfuse.metrics.fallbacks.items() if "land in no fixed order" in why}
+    assert tritonfuse.metrics.fallbacks == by_design, tritonfuse.metrics.fallbacks
+    assert by_design or kernel_count() > 0
 
 
 def _unique_index(rows, cols, high, device, dim=0):
