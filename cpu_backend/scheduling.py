@@ -57,7 +57,8 @@ class CppScheduling(BackendScheduling):
     def codegen_node(self, group) -> None:
         internal = self.scheduler.internal_buffers(group)
         name = self.wrapper.kernel_name("cpp", group.origins)
-        kernel = CppKernel(group, internal, self.graph, name, default_num_threads())
+        in_place = self.wrapper.memory_plan.in_place_outputs(group.names)
+        kernel = CppKernel(group, internal, self.graph, name, default_num_threads(), in_place)
         source = kernel.generate()
         if group.r_numel != 1:
             segments = plan_segments(group.node_layouts())

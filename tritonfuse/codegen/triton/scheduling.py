@@ -54,23 +54,23 @@ class TritonScheduling(BackendScheduling):
                   "reduction": "triton_red"}[kind]
         name = self.wrapper.kernel_name(prefix, group.origins)
         report = self.reports_zero_division
+        in_place = self.wrapper.memory_plan.in_place_outputs(group.names)
         kernels = {kind: TritonKernel(group, internal, self.graph, self.ops_table, configs, kind, numels,
-                                      report_zero_division=report)}
+                                      report_zero_division=report, in_place=in_place)}
         if not static and kind == "reduction":
             # a row length known only at run time: a persistent form too, for the launches
             # whose rows fit in registers (the launcher chooses by the actual length)
             kernels["persistent_reduction"] = TritonKernel(group, internal, self.graph, self.ops_table, None,
                                                            "persistent_reduction", numels,
-                                                           report_zero_division=report)
+                                                           report_zero_division=report, in_place=in_place)
         for kernel in kernels.values():
             kernel.generate()
         size_args = sorted({str(s) for k in kernels.values() for s in k.size_symbols}, key=lambda n: (len(n), n))
         sources = {k: self._render(name, k, kernel, group, size_args) for k, kernel in kernels.items()}
         kernel = kernels[kind]
         call_args = kernel.args.call_order()
-        n_inputs = len(kernel.args.inputs)
-        flag = 1 if kernel.checks_division else 0   # zero_division_ptr, written by the kernel
-        mutated = list(range(n_inputs, n_inputs + len(kernel.args.outputs) + flag))
+        flag = [len(call_args)] if kernel.checks_division else []   # zero_division_ptr, written by the kernel
+        mutated = kernel.args.written_positions() + flag
         launcher_numels = {k: sym.to_int(v) for k, v in numels.items()} if static else None
         self.wrapper.define_triton_kernel(name, sources[kind], kind, launcher_numels, configs, mutated,
                                           self.launcher_device, hint,
@@ -96,7 +96,7 @@ class TritonScheduling(BackendScheduling):
             name=name, kind=kind, signature=", ".join(signature), x_numel=group.x_numel, r_numel=group.r_numel,
             origins=", ".join(group.origins), int64=kernel.use_int64, needs_xmask=kernel.needs_xmask,
             needs_rmask=kernel.needs_rmask, needs_ymask=kernel.needs_ymask, use_libdevice=self.use_libdevice,
-            reads=", ".join(kernel.args.inputs) or "-", writes=", ".join(kernel.args.outputs) or "-",
+            reads=", ".join(kernel.args.read_names()) or "-", writes=", ".join(kernel.args.written_names()) or "-",
             body=kernel.body_lines().getvalue().rstrip(),
         )
 
