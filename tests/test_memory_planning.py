@@ -229,3 +229,25 @@ def test_training_step_with_planned_memory(device, dtype):
     for param, ref in zip(model.parameters(), reference):
         assert_same(param.grad, ref.grad, atol=5e-2 if dtype == torch.float16 else 1e-4,
                     rtol=5e-2 if dtype == torch.float16 else 1e-4)
+
+
+def test_mlp_peak_memory_is_at_most_eager(device):
+    """With each relu * 2 written over its mm result, the compiled MLP holds at most what
+    eager holds at once (eager keeps the mm result, the relu and the product)."""
+    if device != "cuda":
+        pytest.skip("peak memory is measured with torch.cuda.max_memory_allocated")
+    from tritonfuse.testing import peak_memory
+    ws = [rand(1024, 1024, device=device) / 32 for _ in range(4)]
+
+    def mlp(x):
+        for w in ws:
+            x = torch.relu(x @ w) * 2
+        return x
+
+    compiled = torch.compile(mlp, backend="tritonfuse")
+    x = rand(1024, 1024, device=device)
+    compiled(x)                                     # compile and autotune first
+    expected, eager_peak = peak_memory(mlp, x)
+    actual, compiled_peak = peak_memory(compiled, x)
+    assert_same(actual, expected, atol=1e-3, rtol=1e-3)
+    assert compiled_peak <= eager_peak, (compiled_peak, eager_peak)

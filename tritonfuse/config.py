@@ -34,6 +34,10 @@ graph_cache: bool = _env("TRITONFUSE_GRAPH_CACHE", "1") == "1"
 # would pass arguments and outputs through unchanged (see direct_inference.py).
 direct_inference: bool = _env("TRITONFUSE_DIRECT_INFERENCE", "1") == "1"
 
+# Replay compiled graphs from CUDA graphs (also mode="reduce-overhead" or
+# options={"cudagraphs": True} in torch.compile); see runtime/cudagraphs.py.
+cudagraphs: bool = _env("TRITONFUSE_CUDAGRAPHS", "0") == "1"
+
 # Graphs with dynamic shapes get one static compile per input shape, up to this many;
 # further shapes run eagerly.
 max_shape_specializations: int = int(_env("TRITONFUSE_MAX_SHAPE_SPECIALIZATIONS", "8"))
