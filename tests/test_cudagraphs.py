@@ -289,3 +289,20 @@ def test_outputs_outlive_the_compiled_function(device, graphs):
         rand(4096, device=device).mul_(7)
     assert cudagraphs._retired
     assert_same(out, expected)
+
+
+def test_expanded_input_changes_layout(device, graphs):
+    """An input captured expanded (stride 0) is copied in one element per expanded dim
+    (the whole tensor cannot be written); the same values dense give eager's result too
+    (Dynamo recompiles for that layout; the runner would run such a call as compiled)."""
+    def fn(x, y):
+        return x * y + 1
+
+    compiled = torch.compile(fn, backend="tritonfuse", mode="reduce-overhead")
+    y = rand(8, 16, device=device)
+    for _ in range(3):
+        x = rand(8, 1, device=device).expand(8, 16)
+        assert_same(compiled(x, y), fn(x, y))
+    dense = rand(8, 1, device=device).expand(8, 16).contiguous()
+    assert_same(compiled(dense, y), fn(dense, y))
+    assert metrics.cudagraph_replays == 2

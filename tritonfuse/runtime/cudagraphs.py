@@ -309,6 +309,8 @@ class _Captured:
         for i in self.copied:
             self.static_inputs[i] = _static_buffer(args[i])
         self.copy_targets = [_writable(self.static_inputs[i]) for i in self.copied]
+        # inputs captured expanded (stride 0): only one element along those dims is copied in
+        self.expanded = [i for i in self.copied if _expanded_dims(self.static_inputs[i])]
         for i, target in zip(self.copied, self.copy_targets):
             target.copy_(_writable_source(args[i], target))
         self.graph, outputs = self.driver.capture(runner.compiled, self.static_inputs, self.device)
@@ -360,6 +362,9 @@ class _Captured:
             arg, static = args[i], self.static_inputs[i]
             if arg.shape != static.shape or arg.dtype != static.dtype:
                 return f"input {i} has another shape or dtype than when the graph was captured"
+        for i in self.expanded:     # the compiled code checks that the values repeat along them
+            if args[i].stride() != self.static_inputs[i].stride():
+                return f"input {i} was expanded when the graph was captured and is not now"
         tracker = self.tracker
         if self.kind == "backward" and self._referenced():
             return "the gradients of its previous call are still referenced (gradient accumulation, " \
