@@ -212,6 +212,26 @@ def test_symbolic_sizes_reuse_only_equal_sizes(device):
         tritonfuse.metrics.reset()
 
 
+def test_scatter_target_is_never_taken_over(device):
+    """A scatter writes into its target's memory and its result keeps that memory: the
+    target's name dies at the scatter, but no later kernel may take its memory while the
+    result lives (here the next kernel: it reads the result and needs a buffer of the
+    target's size)."""
+    w1, w2 = rand(16, 16, device=device), rand(16, 16, device=device)
+
+    def fn(x, idx, v):
+        scattered = ((x @ w1) * 2).index_put((idx,), v, accumulate=True)
+        other = _centered(torch.sigmoid(scattered)) @ w2
+        return scattered + other
+
+    idx = torch.tensor([1, 3, 3, 7], device=device)
+    wrapper = _wrapper(check(fn, rand(16, 16, device=device), idx, rand(4, 16, device=device), atol=1e-4, rtol=1e-4))
+    targets = re.findall(r"^\s*buf\d+ = (buf\d+)  # written in place$", wrapper, re.M)
+    assert targets, wrapper
+    sources = {source for _, source in _taken_over(wrapper, "in place") + _taken_over(wrapper, "reuse")}
+    assert not sources & set(targets), wrapper
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_training_step_with_planned_memory(device, dtype):
     if dtype == torch.float16 and device == "cpu":

@@ -9,6 +9,15 @@ from sympy.printing.str import StrPrinter
 
 from ..sym import FloorDiv, ModularIndexing
 
+# Backends render a kernel under this name first, so that kernels identical but for the
+# name compare equal (the wrapper then defines them once); `name_kernel` names it.
+KERNEL_NAME_PLACEHOLDER = "KERNEL_NAME"
+
+
+def name_kernel(template: str, name: str) -> str:
+    """The kernel source `template`, rendered as KERNEL_NAME_PLACEHOLDER, called `name`."""
+    return template.replace(KERNEL_NAME_PLACEHOLDER, name)
+
 
 class IndentedBuffer:
     def __init__(self, indent: int = 0):
@@ -115,12 +124,6 @@ class KernelArgs:
         """Positions in ``call_order`` of the parameters the kernel writes."""
         written = len(self.in_outs) + len(self.inputs)
         return list(range(len(self.in_outs))) + list(range(written, written + len(self.outputs)))
-
-    def read_names(self):
-        return [self.in_place[b] for b in self.in_outs] + list(self.inputs)
-
-    def written_names(self):
-        return [f"{b} (over {self.in_place[b]})" for b in self.in_outs] + list(self.outputs)
 
 
 class IndexPrinter(StrPrinter):

@@ -18,9 +18,9 @@ For each buffer a kernel writes (in execution order), the first that applies:
 
 Never taken over, because their memory outlives their name or is not the graph's to
 reuse: graph inputs and constants, graph outputs (and the buffers outputs are views of),
-any buffer written by a node other than its producer (a mutation), and every tensor
-argument and output of a fallback whose op may alias or mutate its arguments (its schema
-says so, or it has no schema).
+a scatter's target (the ``MutationBuffer`` result is bound to its memory and keeps it),
+and every tensor argument and output of a fallback whose op may alias or mutate its
+arguments (its schema says so, or it has no schema).
 """
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
@@ -29,7 +29,7 @@ import torch
 
 from .. import sym
 from ..dependencies import extract_deps
-from ..ir import ComputedBuffer
+from ..ir import ComputedBuffer, MutationBuffer
 from ..scheduler import FallbackNode
 
 IN_PLACE = "in place"
@@ -54,8 +54,8 @@ def plan_memory(graph, scheduler) -> MemoryPlan:
     groups = scheduler.groups
     last_use = scheduler.last_uses()
     keep = scheduler.output_names | set(graph.graph_inputs) | set(graph.constants)
-    aliased = _aliased_or_mutated(scheduler)
-    pinned = keep | aliased
+    shared, bound = _shared_memory(scheduler)
+    pinned = keep | shared
     dead_after = [[] for _ in groups]
     for name, last in sorted(last_use.items()):
         if name not in keep:
@@ -70,7 +70,7 @@ def plan_memory(graph, scheduler) -> MemoryPlan:
             allocated |= set(group.output_names)   # the op allocates its own results
         for buffer in _allocated_buffers(scheduler, group):
             allocated.add(buffer.name)
-            if buffer.name in aliased:
+            if buffer.name in bound:
                 continue
             source = _in_place_source(scheduler, graph, group, buffer, dead_after[i], allocated, pinned,
                                       taken_here)
@@ -145,20 +145,25 @@ def _same_layout(a, b) -> bool:
         and sym.same_size(a.offset, b.offset)
 
 
-def _aliased_or_mutated(scheduler) -> set:
-    """Buffers whose memory another name may share or a node may write into."""
-    found = set()
+def _shared_memory(scheduler):
+    """(shared, bound): buffers whose memory another name may share or a node may write
+    into later, never taken over; buffers whose memory is another's, never planned."""
+    shared, bound = set(), set()
     for group in scheduler.groups:
         if isinstance(group, FallbackNode):
             if _may_alias_or_mutate(group.kernel.op):
-                found |= set(group.read_names) | set(group.output_names)
+                shared |= set(group.read_names) | set(group.output_names)
             continue
         for node in group.nodes:
-            if isinstance(node.buffer, ComputedBuffer):
+            if isinstance(node.buffer, MutationBuffer):    # a scatter's result is its target's memory
+                shared.add(node.buffer.target.name)
+                bound.add(node.name)
+            elif isinstance(node.buffer, ComputedBuffer):
                 _, write = extract_deps(node.buffer, node.x_sizes, node.r_sizes)
                 if write.name != node.name:
-                    found |= {write.name, node.name}
-    return found
+                    shared |= {write.name, node.name}
+                    bound.add(node.name)
+    return shared, bound
 
 
 def _may_alias_or_mutate(op) -> bool:
