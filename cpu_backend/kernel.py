@@ -46,12 +46,12 @@ from .scatter import CppScatter
 
 
 class CppKernel(CppLoopNest, CppOuterReductions, CppReductions, CppScans, CppScatter):
-    def __init__(self, group, internal, graph, name, num_threads):
+    def __init__(self, group, internal, graph, name, num_threads, in_place=None):
         self.group = group
         self.graph = graph
         self.name = name
         self.num_threads = num_threads
-        self.args = KernelArgs()
+        self.args = KernelArgs(in_place)
         self.cse = CSE("tmp")
         layouts = group.node_layouts()
         plans = {node.name: plan_and_deps(node.buffer, xs, rs)[0] for node, xs, rs, _ in layouts}

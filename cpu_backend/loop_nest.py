@@ -263,7 +263,7 @@ class CppLoopNest:
         params = []
         for param, buffer in self.args.call_order():
             dtype = self.graph.name_to_buffer[buffer].get_dtype()
-            const = "const " if param.startswith("in_") else ""
+            const = "const " if param.startswith("in_ptr") else ""
             params.append(f"{const}{STORAGE_TYPES[dtype]}* __restrict__ {param}")
         return ", ".join(params) + SIZE_PARAMS
 

@@ -79,7 +79,8 @@ class CppScheduling(BackendScheduling):
     # ---- code generation --------------------------------------------------------------
     def codegen_node(self, group) -> None:
         internal = self.scheduler.internal_buffers(group)
-        kernel = CppKernel(group, internal, self.graph, KERNEL_NAME_PLACEHOLDER, default_num_threads())
+        in_place = self.wrapper.memory_plan.in_place_outputs(group.names)
+        kernel = CppKernel(group, internal, self.graph, KERNEL_NAME_PLACEHOLDER, default_num_threads(), in_place)
         template = kernel.generate()
         if group.r_numel != 1:
             segments = plan_segments(group.node_layouts())

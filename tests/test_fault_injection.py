@@ -524,6 +524,7 @@ BAD_VALUES = {   # one bad value for every environment variable tritonfuse reads
     "TRITONFUSE_CACHE_DIR": "~no-such-user-tritonfuse/cache",
     "TRITONFUSE_GRAPH_CACHE": "2",
     "TRITONFUSE_DIRECT_INFERENCE": "yes please",
+    "TRITONFUSE_CUDAGRAPHS": "reduce-overhead",
     "TRITONFUSE_MAX_SHAPE_SPECIALIZATIONS": "banana",
     "TRITONFUSE_AUTOTUNE_CACHE_DIR": "~no-such-user-tritonfuse/autotune",
     "CXX": "/nonexistent/g++",

@@ -6,6 +6,10 @@ gradients are needed) and each goes through ``compile_fx.compile_graph``. Mutate
 are written back by aot_autograd's runtime wrapper, as eager would; an inference graph
 that needs none of that wrapper's work is called directly (``direct_inference``).
 
+With ``mode="reduce-overhead"`` (or ``options={"cudagraphs": True}``, or
+``TRITONFUSE_CUDAGRAPHS=1``) each compiled graph is replayed from a CUDA graph where it can
+be (runtime/cudagraphs.py).
+
 A graph with symbolic sizes (``dynamic=True``, or Dynamo's recompile after a shape
 changed) is compiled once with its sizes as runtime values; if that fails, once per input
 shape it meets (specialize.py). Compiles that start at call time (those, and the backward
@@ -73,38 +77,56 @@ def _effect_tokens_in_graph():
     return functorch_config.patch(unlift_effect_tokens=True)
 
 
-def _compiler(kind):
+def _compiler(kind, cudagraphs=None):
+    """``cudagraphs``: None, or the BackwardTracker that the CUDA-graph runners of one
+    compiled function share."""
     def compile_fn(gm: torch.fx.GraphModule, example_inputs):
-        from .compile_fx import _is_symbolic, compile_graph
         graph_id = f"{kind}_{next(_graph_counter)}"
-        try:
-            with compiling():
-                return compile_graph(gm, example_inputs, graph_id, allow_guards=kind != "backward")
-        except Exception as error:  # never crash the user's model
-            if any(_is_symbolic(value) for value in example_inputs):
-                from .specialize import PerShapeGraph
-                log.debug("tritonfuse: symbolic compile of %s failed", graph_id, exc_info=True)
-                return PerShapeGraph(gm, graph_id, f"{type(error).__name__}: {error}")
-            _runs_eagerly(graph_id, error)
-            from torch._functorch.aot_autograd import make_boxed_func
-            return make_boxed_func(gm.forward)
+        compiled = _compile_or_fall_back(kind, graph_id, gm, example_inputs)
+        if cudagraphs is not None:
+            from .runtime.cudagraphs import wrap
+            compiled = wrap(compiled, gm, example_inputs, graph_id, kind, cudagraphs)
+        return compiled
     return compile_fn
 
 
-def tritonfuse_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
-    """The Dynamo backend (registered as "tritonfuse" by the package's entry point)."""
+def _compile_or_fall_back(kind, graph_id, gm, example_inputs):
+    """The compiled graph; if compiling fails, the per-shape or the eager fallback."""
+    from .compile_fx import _is_symbolic, compile_graph
+    try:
+        with compiling():
+            return compile_graph(gm, example_inputs, graph_id, allow_guards=kind != "backward")
+    except Exception as error:  # never crash the user's model
+        if any(_is_symbolic(value) for value in example_inputs):
+            from .specialize import PerShapeGraph
+            log.debug("tritonfuse: symbolic compile of %s failed", graph_id, exc_info=True)
+            return PerShapeGraph(gm, graph_id, f"{type(error).__name__}: {error}")
+        _runs_eagerly(graph_id, error)
+        from torch._functorch.aot_autograd import make_boxed_func
+        return make_boxed_func(gm.forward)
+
+
+def tritonfuse_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None, **kwargs):
+    """The Dynamo backend (registered as "tritonfuse" by the package's entry point).
+    ``mode`` and ``options`` come from ``torch.compile``: "reduce-overhead" or
+    ``{"cudagraphs": True}`` turn CUDA graphs on."""
     from torch._dynamo.backends.common import aot_autograd
     from .decompositions import decomposition_table
+    from .runtime.cudagraphs import BackwardTracker, requested
+    cudagraphs = BackwardTracker() if requested(mode, options) else None
+    unknown = sorted(set(options or {}) - {"cudagraphs"})
+    if unknown:
+        log.warning("tritonfuse: ignoring unknown options %s", unknown)
     with compiling():   # aot_autograd's make_fx trace too: see compile_lock.py
-        return _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_table)
+        return _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_table, cudagraphs)
 
 
-def _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_table):
+def _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_table, cudagraphs):
     shortcut = InferenceShortcut(gm, example_inputs)
     backend = aot_autograd(
-        fw_compiler=_compiler("forward"),
-        bw_compiler=_compiler("backward"),
-        inference_compiler=shortcut.wrap(_compiler("inference")),
+        fw_compiler=_compiler("forward", cudagraphs),
+        bw_compiler=_compiler("backward", cudagraphs),
+        inference_compiler=shortcut.wrap(_compiler("inference", cudagraphs)),
         decompositions=decomposition_table(),
         keep_inference_input_mutations=False,
     )

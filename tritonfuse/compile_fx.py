@@ -2,8 +2,8 @@
 
     lower      GraphLowering: aten ops -> IR buffers, views, fallbacks
     schedule   Scheduler: nodes, dependencies, fusion, order
-    codegen    each fused group -> the backend registered for its device; fallbacks and
-               buffer frees -> the wrapper
+    codegen    the memory plan (in-place writes, reuse of dead buffers); each fused group ->
+               the backend registered for its device; fallbacks and buffer frees -> the wrapper
     load       store the module (on disk by graph key, through cache_store) and execute it
 """
 import contextlib
@@ -17,6 +17,7 @@ import time
 import torch
 
 from . import cache_store, code_cache, config, metrics, sym
+from .codegen.memory_planning import plan_memory
 from .compile_lock import compiling
 from .codegen.registry import get_scheduling_class
 from .codegen.wrapper import WrapperCodeGen
@@ -195,8 +196,7 @@ def schedule(graph) -> Scheduler:
 
 def codegen(graph, scheduler):
     wrapper = scheduler.wrapper
-    last_use = scheduler.last_uses()
-    keep = scheduler.output_names | set(graph.graph_inputs) | set(graph.constants)
+    wrapper.memory_plan = plan = plan_memory(graph, scheduler)
     for i, group in enumerate(scheduler.groups):
         if isinstance(group, FallbackNode):
             wrapper.codegen_fallback(group)
@@ -204,8 +204,7 @@ def codegen(graph, scheduler):
             wrapper.allocate_outputs(group, set())
         else:
             scheduler.backends[group.device.type].codegen_node(group)
-        dead = [name for name, last in last_use.items() if last == i and name not in keep]
-        wrapper.free(dead)
+        wrapper.free(plan.frees_after(i))
     for backend in scheduler.backends.values():
         backend.flush()
     return wrapper.generate(), wrapper.kernel_sources, wrapper.kernel_names

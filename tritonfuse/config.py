@@ -206,6 +206,10 @@ KNOBS: dict[str, Knob] = {
         "TRITONFUSE_DIRECT_INFERENCE", Flag(), True,
         "call an inference graph that needs none of aot_autograd's runtime-wrapper work (no "
         "input mutation, no aliased output, no autocast) directly"),
+    "cudagraphs": Knob(
+        "TRITONFUSE_CUDAGRAPHS", Flag(), False,
+        "replay compiled graphs from CUDA graphs, as torch.compile(mode=\"reduce-overhead\") "
+        "or options={\"cudagraphs\": True} ask (runtime/cudagraphs.py)"),
     "max_shape_specializations": Knob(
         "TRITONFUSE_MAX_SHAPE_SPECIALIZATIONS", Count(0), 8,
         "per-shape compiles of a graph that cannot be compiled symbolically; further shapes run eagerly"),
@@ -277,6 +281,7 @@ debug: bool
 cache_dir: str
 graph_cache: bool
 direct_inference: bool
+cudagraphs: bool
 max_shape_specializations: int
 autotune_cache_dir: str
 cxx: str | None

@@ -335,15 +335,18 @@ class Scheduler:
 
     def internal_buffers(self, group: FusedNode):
         """Buffers produced and consumed only inside ``group``: never allocated."""
-        internal = set()
-        for name in group.names:
-            if name in self.output_names:
-                continue
-            readers = [g for g in self.groups if g is not group and name in
-                       (g.read_names() if isinstance(g, FusedNode) else g.read_names)]
-            if not readers:
-                internal.add(name)
-        return internal
+        readers = self._readers()
+        return {name for name in group.names
+                if name not in self.output_names and not readers.get(name, set()) - {id(group)}}
+
+    def _readers(self):
+        """{buffer name: ids of the groups that read it} (the groups are final by now)."""
+        if getattr(self, "_readers_cache", None) is None:
+            self._readers_cache = {}
+            for group in self.groups:
+                for name in (group.read_names() if isinstance(group, FusedNode) else group.read_names):
+                    self._readers_cache.setdefault(name, set()).add(id(group))
+        return self._readers_cache
 
     def last_uses(self):
         """{buffer name: index of the last group that reads or writes it}."""

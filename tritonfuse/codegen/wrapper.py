@@ -1,18 +1,20 @@
 """WrapperCodeGen: the generated host code of one compiled graph.
 
 It is a Python module with the kernels defined at the top and one ``call(args)``
-function that allocates buffers (empty_strided), launches kernels, calls fallbacks,
-frees each buffer after its last use and returns the outputs with eager's layouts.
+function that allocates buffers (empty_strided) or takes over dead ones as the memory
+plan says (memory_planning.py), launches kernels, calls fallbacks, frees each buffer
+after its last use and returns the outputs with eager's layouts.
 """
 import math
 
 import sympy
 import torch
 
-from .. import metrics
+from .. import metrics, sym
 from ..ir import Buffer, MutationBuffer, ReinterpretView
 from ..runtime.heuristics import Config
 from .common import IndentedBuffer, pexpr
+from .memory_planning import MemoryPlan
 
 
 def _shape(values):
@@ -79,6 +81,7 @@ class WrapperCodeGen:
         self.kernel_count = 0
         self.allocated = set()
         self.module_imports = set()
+        self.memory_plan = MemoryPlan()   # set by the compile pipeline before code generation
 
     # ---- used by backends -------------------------------------------------------------
     def kernel_name(self, prefix, origins) -> str:
@@ -150,6 +153,16 @@ class WrapperCodeGen:
             return
         layout = buffer.layout
         size, stride = _shape(layout.size), _shape(layout.stride)
+        if buffer.name in self.memory_plan.takes:
+            kind, source = self.memory_plan.takes[buffer.name]
+            self.allocated.discard(source)
+            old = self.graph.name_to_buffer[source].layout
+            if sym.same_sizes(old.size, layout.size) and sym.same_sizes(old.stride, layout.stride):
+                self.writeline(f"{buffer.name} = {source}; del {source}  # {kind}")
+            else:
+                self.writeline(f"{buffer.name} = reinterpret_tensor({source}, {size}, {stride}, 0); "
+                               f"del {source}  # {kind}")
+            return
         if layout.device.type == "cpu":
             self.writeline(f"{buffer.name} = empty_strided_cpu({size}, {stride}, {layout.dtype})")
         else:

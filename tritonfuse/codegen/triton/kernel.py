@@ -72,7 +72,8 @@ class _Segment:
 
 
 class TritonKernel:
-    def __init__(self, group, internal, graph, ops_table, configs, kind, numels=None, report_zero_division=False):
+    def __init__(self, group, internal, graph, ops_table, configs, kind, numels=None, report_zero_division=False,
+                 in_place=None):
         self.group = group
         self.graph = graph
         self.ops_table = ops_table
@@ -81,7 +82,7 @@ class TritonKernel:
         self.looped = kind == "reduction"
         self.tiled = kind == "pointwise_2d"     # [YBLOCK, XBLOCK] tiles, for transposes
         self.has_r = kind in ("reduction", "persistent_reduction")
-        self.args = KernelArgs()
+        self.args = KernelArgs(in_place)
         self.cse = CSE("tmp")
         self.internal = set(internal)
         self.stored: Dict[str, tuple] = {}     # buffer -> (value, segment id)

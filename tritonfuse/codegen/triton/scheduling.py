@@ -156,14 +156,15 @@ class TritonScheduling(BackendScheduling):
                                     hint=hint) if static else None
         internal = self.scheduler.internal_buffers(group)
         report = self.reports_zero_division
+        in_place = self.wrapper.memory_plan.in_place_outputs(group.names)
         kernels = {kind: TritonKernel(group, internal, self.graph, self.ops_table, configs, kind, numels,
-                                      report_zero_division=report)}
+                                      report_zero_division=report, in_place=in_place)}
         if not static and kind == "reduction":
             # a row length known only at run time: a persistent form too, for the launches
             # whose rows fit in registers (the launcher chooses by the actual length)
             kernels["persistent_reduction"] = TritonKernel(group, internal, self.graph, self.ops_table, None,
                                                            "persistent_reduction", numels,
-                                                           report_zero_division=report)
+                                                           report_zero_division=report, in_place=in_place)
         for kernel in kernels.values():
             kernel.generate()
         symbols = {str(s): s for k in kernels.values() for s in k.size_symbols}
@@ -173,7 +174,6 @@ class TritonScheduling(BackendScheduling):
                      for k, kernel in kernels.items()}
         kernel = kernels[kind]
         call_args = kernel.args.call_order()
-        n_inputs = len(kernel.args.inputs)
         flag = 1 if kernel.checks_division else 0   # zero_division_ptr, written by the kernel
         pointer_dtypes = tuple(self.graph.get_dtype(buffer) for _, buffer in call_args) + (torch.int32,) * flag
         numel_args = [pexpr(numels[axis]) for axis in NUMEL_ARGS[kind]]
@@ -181,7 +181,7 @@ class TritonScheduling(BackendScheduling):
             prefix=PREFIXES[kind], origins=tuple(group.origins), template=templates[kind], kind=kind,
             numels={k: sym.to_int(v) for k, v in numels.items()} if static else None,
             configs=tuple(configs) if static else None,
-            mutated=tuple(range(n_inputs, n_inputs + len(kernel.args.outputs) + flag)),
+            mutated=tuple(kernel.args.written_positions() + [len(call_args)] * flag),
             device_type=self.launcher_device, device_index=self._device_index(group.device), hint=hint,
             pointer_dtypes=pointer_dtypes, persistent_template=templates["persistent_reduction"] if len(templates) > 1 else None,
             example_scalars=_example_scalars([symbols[n] for n in size_args] + [numels[a] for a in NUMEL_ARGS[kind]]))
