@@ -5,19 +5,35 @@
     python -m autotune_cache [--dir DIR] clear
     python -m autotune_cache [--dir DIR] export FILE
     python -m autotune_cache [--dir DIR] import FILE
+
+Every problem is one line on stderr ("python -m autotune_cache: error: ...", or
+"...: warning: ..." for an entry it skips) and a non-zero exit status, never a traceback:
+1 for a failed command, 2 for bad arguments. The CLI reports damaged files but deletes
+nothing except on `clear`.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
+import os
 import sys
 import time
 import warnings
 
 from .store import AutotuneCache
 
-
+PROG = "python -m autotune_cache"
 _BLOCK_ORDER = {"YBLOCK": 0, "XBLOCK": 1, "RBLOCK": 2}
+
+
+class CommandError(Exception):
+    """A command that cannot be done; its message is the one line the user sees."""
+
+
+class UsageError(CommandError):
+    """Bad arguments (exit status 2)."""
 
 
 def _format_config(config: dict) -> str:
@@ -44,16 +60,12 @@ def _cmd_list(cache: AutotuneCache, args) -> int:
 def _cmd_show(cache: AutotuneCache, args) -> int:
     matches = [k for k in cache.keys() if k.startswith(args.key.lower())]
     if not matches:
-        print(f"no entry with key {args.key!r} in {cache.directory}", file=sys.stderr)
-        return 1
+        raise CommandError(f"no entry with key {args.key!r} in {cache.directory}")
     if len(matches) > 1:
-        print(f"key prefix {args.key!r} is ambiguous: {', '.join(m[:16] for m in matches)}",
-              file=sys.stderr)
-        return 1
+        raise CommandError(f"key prefix {args.key!r} is ambiguous: {', '.join(m[:16] for m in matches)}")
     entry = cache.get(matches[0])
     if entry is None:
-        print(f"entry {matches[0]} is invalid (see the warning above)", file=sys.stderr)
-        return 1
+        raise CommandError(f"entry {matches[0]} is invalid (see the warning above)")
     created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry["created"]))
     print(f"key:     {entry['key']}")
     print(f"kernel:  {entry['kernel_name']}")
@@ -78,26 +90,30 @@ def _cmd_export(cache: AutotuneCache, args) -> int:
 
 
 def _cmd_import(cache: AutotuneCache, args) -> int:
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as skipped:
         warnings.simplefilter("always")
-        try:
-            count = cache.import_(args.file)
-        except (OSError, ValueError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-    for w in caught:
-        print(f"warning: {w.message}", file=sys.stderr)
-    skipped = f" ({len(caught)} skipped)" if caught else ""
-    print(f"imported {count} entries{skipped} into {cache.directory}")
+        count = cache.import_(args.file)
+    for warning in skipped:   # shown by main, like every other warning
+        warnings.warn(warning.message)
+    note = f" ({len(skipped)} skipped)" if skipped else ""
+    print(f"imported {count} entries{note} into {cache.directory}")
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autotune_cache",
-                                     description="Inspect and move tritonfuse's autotune cache.")
+COMMANDS = {"list": _cmd_list, "show": _cmd_show, "clear": _cmd_clear,
+            "export": _cmd_export, "import": _cmd_import}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):   # one line, not argparse's usage block
+        raise UsageError(f"{message} (see {PROG} --help)")
+
+
+def _parse(argv):
+    parser = _Parser(prog=PROG, description="Inspect and move tritonfuse's autotune cache.")
     parser.add_argument("--dir", help="cache folder (default: $TRITONFUSE_AUTOTUNE_CACHE_DIR "
                                       "or $XDG_CACHE_HOME/tritonfuse/autotune)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("list", help="one line per entry: key prefix, kernel, config, device")
     show = sub.add_parser("show", help="all fields of one entry")
     show.add_argument("key", help="the key or a unique prefix of it")
@@ -106,12 +122,71 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("file")
     import_ = sub.add_parser("import", help="merge a bundle written by export")
     import_.add_argument("file")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    cache = AutotuneCache(args.dir)
-    commands = {"list": _cmd_list, "show": _cmd_show, "clear": _cmd_clear,
-                "export": _cmd_export, "import": _cmd_import}
-    return commands[args.command](cache, args)
+
+def _describe(error: OSError) -> str:
+    """An OSError as a sentence: what failed, on which path."""
+    reason = error.strerror or str(error)
+    if isinstance(error, (NotADirectoryError, FileExistsError)):
+        reason = "a plain file stands where a folder should be"
+    names = [n for n in (error.filename, error.filename2) if n]
+    return f"{reason}: {' -> '.join(os.fspath(n) for n in names)}" if names else reason
+
+
+def run(argv: list[str] | None = None) -> int:
+    """The command's exit status; raises CommandError, OSError or ValueError on failure."""
+    args = _parse(argv)
+    cache = AutotuneCache(args.dir, strict=True)
+    if os.path.exists(cache.directory) and not os.path.isdir(cache.directory):
+        raise CommandError(f"the cache location {cache.directory} is a file, not a folder")
+    return COMMANDS[args.command](cache, args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command; every failure is one line on stderr and a non-zero status."""
+    with warnings.catch_warnings(record=True) as caught, _quiet_store_log():
+        warnings.simplefilter("always")
+        status, problem = _run_catching(argv)
+    for warning in caught:
+        print(f"{PROG}: warning: {warning.message}", file=sys.stderr)
+    if problem:
+        print(f"{PROG}: error: {problem}", file=sys.stderr)
+    return status
+
+
+@contextlib.contextmanager
+def _quiet_store_log():
+    """The store logs what it also warns about; the CLI prints the warnings, once each."""
+    store_log = logging.getLogger("tritonfuse.autotune")
+    saved = store_log.disabled
+    store_log.disabled = True
+    try:
+        yield
+    finally:
+        store_log.disabled = saved
+
+
+def _run_catching(argv) -> tuple[int, str | None]:
+    try:
+        return run(argv), None
+    except SystemExit as done:          # --help
+        return (done.code if isinstance(done.code, int) else 0), None
+    except UsageError as error:
+        return 2, str(error)
+    except CommandError as error:
+        return 1, str(error)
+    except BrokenPipeError:             # `... list | head`: the reader has gone
+        sys.stdout = open(os.devnull, "w")
+        return 1, None
+    except OSError as error:
+        return 1, _describe(error)
+    except (ValueError, KeyError) as error:
+        return 1, str(error)
+    except KeyboardInterrupt:
+        return 130, "interrupted"
+    except Exception as error:  # noqa: BLE001 - a bug: still one line, not a traceback
+        return 1, f"internal error ({type(error).__name__}: {error})"
 
 
 if __name__ == "__main__":

@@ -1,10 +1,14 @@
 """The on-disk store of best Triton launch configs: one JSON file per key.
 
 A key is the sha256 of everything that decides which config wins: the kernel source,
-the candidate configs, the device name and the software versions (`make_key`). Writes are
-atomic (temp file in the same folder, fsync, os.replace), so processes tuning at once
-never lose an entry nor leave a torn file; readers treat anything that does not validate
-as a miss, with a warning, and the next `put` overwrites it.
+the candidate configs, the device name and the software versions (`make_key`). Files go
+through tritonfuse.cache_store: writes are atomic (temp file in the same folder, fsync,
+os.replace) with a size/hash record, so processes tuning at once never lose an entry nor
+leave a torn file. A file that does not match its record is deleted (logged once) and
+reads as a miss, so the kernel is tuned again; an entry that does not validate reads as
+a miss with a warning, and the next `put` overwrites it. A store made with
+``strict=True`` (the CLI) reports bad files but deletes nothing, and a write it cannot
+make raises instead of going to the process's private folder.
 """
 from __future__ import annotations
 
@@ -13,15 +17,17 @@ import json
 import logging
 import os
 import re
-import tempfile
 import time
 import warnings
 from typing import Any, Iterator
 
+from tritonfuse import cache_store
+
 log = logging.getLogger("tritonfuse.autotune")
 
-# Bump when the entry layout or key recipe changes: older entries then miss.
-FORMAT_VERSION = 1
+# Bump when the entry layout, the key recipe or the files change: older entries then miss.
+# 2: files written through cache_store, with size/hash records
+FORMAT_VERSION = 2
 BUNDLE_KIND = "tritonfuse-autotune-bundle"
 ENV_DIR = "TRITONFUSE_AUTOTUNE_CACHE_DIR"
 
@@ -38,11 +44,10 @@ _REQUIRED = {
 
 
 def default_directory() -> str:
-    """$TRITONFUSE_AUTOTUNE_CACHE_DIR, else $XDG_CACHE_HOME/tritonfuse/autotune."""
-    if os.environ.get(ENV_DIR):
-        return os.environ[ENV_DIR]
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return os.path.join(xdg, "tritonfuse", "autotune")
+    """tritonfuse.config.autotune_cache_dir: $TRITONFUSE_AUTOTUNE_CACHE_DIR, else
+    $XDG_CACHE_HOME/tritonfuse/autotune."""
+    from tritonfuse import config
+    return config.autotune_cache_dir
 
 
 def current_versions() -> dict[str, Any]:
@@ -107,37 +112,8 @@ def validate_entry(entry: Any, key: str | None = None) -> str | None:
     return None
 
 
-def _atomic_write_json(path: str, obj: Any) -> None:
-    """Write `obj` as JSON to `path` so that readers see the old file or the new one."""
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=1, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(directory)
-
-
-def _fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+def _json_bytes(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode("utf-8")
 
 
 def _warn(message: str) -> None:
@@ -148,11 +124,14 @@ def _warn(message: str) -> None:
 class AutotuneCache:
     """Best launch configs on disk, one `<key>.json` file per tuned kernel.
 
-    directory: defaults to `default_directory()`, read when the object is made.
+    directory: defaults to `default_directory()`, read when the object is made (an empty
+    one too). strict: see the module docstring (the CLI's store).
     """
 
-    def __init__(self, directory: str | os.PathLike | None = None) -> None:
-        self.directory = os.fspath(directory) if directory is not None else default_directory()
+    def __init__(self, directory: str | os.PathLike | None = None, *, strict: bool = False) -> None:
+        directory = os.fspath(directory) if directory is not None else ""
+        self.directory = os.path.abspath(directory) if directory else default_directory()
+        self.strict = strict
 
     def _path(self, key: str) -> str:
         if not isinstance(key, str) or not _KEY_RE.match(key):
@@ -162,12 +141,17 @@ class AutotuneCache:
     def _read(self, key: str) -> dict | None:
         """The valid entry filed under `key`, None if absent; warns about bad files."""
         path = self._path(key)
-        try:
-            with open(path, encoding="utf-8") as f:
-                entry = json.load(f)
-        except FileNotFoundError:
+        if not self.strict:
+            data = cache_store.read(path)   # a damaged file: deleted and logged there
+        else:
+            data, why = cache_store.check(path)
+            if why not in (None, cache_store.ABSENT):
+                _warn(f"autotune cache: ignoring damaged entry {path}: {why}")
+        if data is None:
             return None
-        except (OSError, ValueError) as e:
+        try:
+            entry = json.loads(data)
+        except ValueError as e:
             _warn(f"autotune cache: ignoring unreadable entry {path}: {e}")
             return None
         problem = validate_entry(entry, key)
@@ -187,11 +171,12 @@ class AutotuneCache:
         problem = validate_entry(entry, key)
         if problem:
             raise ValueError(f"refusing to store an invalid autotune entry: {problem}")
-        os.makedirs(self.directory, exist_ok=True)
-        _atomic_write_json(self._path(key), entry)
+        cache_store.sweep_once(self.directory, folders=())   # temp files of killed writers
+        cache_store.write(self._path(key), _json_bytes(entry), fallback=not self.strict)
 
     def keys(self) -> list[str]:
-        """Keys of all files in the store (valid or not), sorted."""
+        """Keys of all files in the store (valid or not), sorted. Raises OSError if the
+        store's location exists but cannot be listed (a plain file, no permission)."""
         try:
             names = os.listdir(self.directory)
         except FileNotFoundError:
@@ -207,20 +192,24 @@ class AutotuneCache:
                 yield entry
 
     def clear(self) -> int:
-        """Remove every entry (and stale temp files); returns the number of entries removed."""
+        """Remove every entry, its record and stale temp files; returns the number of
+        entries removed."""
         removed = 0
         try:
             names = os.listdir(self.directory)
         except FileNotFoundError:
             return 0
-        for name in names:
-            is_entry = name.endswith(".json") and _KEY_RE.match(name[:-5])
-            if is_entry or name.startswith(".tmp-"):
-                try:
-                    os.unlink(os.path.join(self.directory, name))
-                    removed += bool(is_entry)
-                except FileNotFoundError:
-                    pass
+        with cache_store.lock(self.directory):
+            for name in names:
+                stem = name[:-len(cache_store.RECORD_SUFFIX)] if name.endswith(cache_store.RECORD_SUFFIX) else name
+                is_entry = name.endswith(".json") and _KEY_RE.match(name[:-5])
+                is_ours = stem.endswith(".json") and _KEY_RE.match(stem[:-5])
+                if is_ours or name.startswith(cache_store.TEMP_PREFIXES):
+                    try:
+                        os.unlink(os.path.join(self.directory, name))
+                        removed += bool(is_entry)
+                    except FileNotFoundError:
+                        pass
         return removed
 
     def export(self, path: str | os.PathLike) -> int:
@@ -232,9 +221,8 @@ class AutotuneCache:
             "exported": time.time(),
             "entries": entries,
         }
-        path = os.fspath(path)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        _atomic_write_json(path, bundle)
+        cache_store.write(os.path.abspath(os.fspath(path)), _json_bytes(bundle), record=False,
+                          fallback=False)
         return len(entries)
 
     def import_(self, path: str | os.PathLike) -> int:
@@ -251,6 +239,7 @@ class AutotuneCache:
         if not isinstance(bundle, dict) or bundle.get("kind") != BUNDLE_KIND \
                 or not isinstance(bundle.get("entries"), list):
             raise ValueError(f"{path}: not an autotune bundle (kind {BUNDLE_KIND!r})")
+        os.makedirs(self.directory, exist_ok=True)   # an unusable location fails here
         imported = 0
         for i, entry in enumerate(bundle["entries"]):
             problem = validate_entry(entry)

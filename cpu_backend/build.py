@@ -5,19 +5,22 @@ shared between processes, and a low-overhead ctypes callable.
     kernel = KernelCallable(lib, "cpp_fused_add_0", num_args=3)
     kernel(x.data_ptr(), y.data_ptr(), out.data_ptr())
 
-Cache layout: ``<config.cache_dir>/cpp/<key[:2]>/<key>/{kernel.cpp, kernel.so, build.lock}``
-where ``key = sha256(source, flags, compiler identity, CPU, vector headers)``. A build
-writes the .so to a temporary name and ``os.replace``s it into place while holding an
-``fcntl`` lock on ``build.lock``: a second process building the same kernel waits and then
-loads the finished library, and nobody ever dlopens a half-written file.
+Cache layout: ``<config.cache_dir>/cpp/<key[:2]>/<key>/{kernel.cpp, kernel.so}`` (each with
+its cache_store size/hash record) where ``key = sha256(format, source, flags, compiler
+identity, CPU, vector headers)``. Every file goes through tritonfuse.cache_store: a build
+writes the .so to a temporary name and publishes it while holding the folder's lock, so a
+second process building the same kernel waits and then loads the finished library. A .so
+is handed to the dynamic loader only after its size and hash match its record (a
+truncated library would die with SIGBUS, which nothing can catch); one that does not
+match, or that the loader refuses, is deleted and built again in the same process.
 """
 from __future__ import annotations
 
 import ctypes
 import dataclasses
-import fcntl
 import functools
 import hashlib
+import json
 import os
 import platform
 import shlex
@@ -25,7 +28,10 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import warnings
 from typing import Sequence
+
+from tritonfuse import cache_store
 
 INCLUDE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
 
@@ -57,6 +63,11 @@ _ARCH_FLAG_CANDIDATES = [["-march=native"], ["-mcpu=native"], []]
 
 _SO_NAME = "kernel.so"
 _CPP_NAME = "kernel.cpp"
+# In the dynamic loader's message when the process's libgomp is older than the compiler's.
+_OPENMP_MISMATCH = "GOMP_"
+# Part of every build key: bump when the layout of a build folder changes.
+# 2: files written through cache_store, with size/hash records
+_BUILD_FORMAT = "2"
 
 
 class CompilerNotFoundError(RuntimeError):
@@ -84,16 +95,18 @@ _INSTALL_HINT = (
 
 
 def find_compiler() -> str:
-    """The C++ compiler to use: ``$CXX`` if set, else ``g++``, else ``clang++`` on PATH."""
-    cxx = os.environ.get("CXX", "").strip()
-    if cxx:
-        argv = shlex.split(cxx)
+    """The C++ compiler to use: ``$CXX`` if set (tritonfuse.config.cxx), else ``g++``, else
+    ``clang++`` on PATH."""
+    import tritonfuse.config as config
+
+    if config.cxx:
+        argv = shlex.split(config.cxx)
         if shutil.which(argv[0]) is None:
             raise CompilerNotFoundError(
-                f"C++ compiler $CXX={cxx!r} not found (no executable {argv[0]!r}); the "
+                f"C++ compiler $CXX={config.cxx!r} not found (no executable {argv[0]!r}); the "
                 f"tritonfuse CPU backend needs a C++17 compiler with OpenMP: {_INSTALL_HINT}"
             )
-        return cxx
+        return config.cxx
     for name in ("g++", "clang++"):
         path = shutil.which(name)
         if path is not None:
@@ -105,7 +118,6 @@ def find_compiler() -> str:
 
 
 _identity_cache: dict[str, str] = {}
-_probe_cache: dict[str, list[str]] = {}
 _state_lock = threading.Lock()
 
 
@@ -150,55 +162,111 @@ extern "C" int tritonfuse_probe(void) {
 """
 
 
-def _probe_arch_flags(compiler: str) -> list[str]:
-    """Check that OpenMP works and which -march spelling the compiler takes: a tiny test
-    compile, once per compiler and machine (remembered in memory and in the cache folder,
-    so a process that only loads cached kernels never runs it). Raises
-    CompilerNotFoundError naming libgomp/libomp if -fopenmp fails."""
+@dataclasses.dataclass(frozen=True)
+class ProbeResult:
+    arch_flags: tuple[str, ...]      # the -march spelling the compiler takes (maybe none)
+    user_flags_rejection: str        # why the compiler rejects $TRITONFUSE_CXXFLAGS ("" if not)
+
+    def to_json(self) -> str:
+        return json.dumps({"arch_flags": list(self.arch_flags),
+                           "user_flags_rejection": self.user_flags_rejection}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: bytes) -> "ProbeResult | None":
+        """The result a record holds, or None if it is not one this version wrote."""
+        try:
+            data = json.loads(text)
+            arch, rejection = data["arch_flags"], data["user_flags_rejection"]
+        except (ValueError, TypeError, KeyError):
+            return None
+        if arch not in _ARCH_FLAG_CANDIDATES or not isinstance(rejection, str):
+            return None
+        return cls(tuple(arch), rejection)
+
+
+_probe_cache: dict[tuple, ProbeResult] = {}
+_warned_rejections: set[tuple] = set()
+
+
+def _probe(compiler: str, user_flags: tuple[str, ...]) -> ProbeResult:
+    """Check that OpenMP works, which -march spelling the compiler takes and whether it
+    accepts $TRITONFUSE_CXXFLAGS: tiny test compiles, once per compiler, machine and user
+    flags (remembered in memory and in a cache_store record, so a process that only loads
+    cached kernels never runs them). Raises CompilerNotFoundError naming libgomp/libomp if
+    -fopenmp fails."""
     import tritonfuse.config as config
 
     with _state_lock:
-        if compiler in _probe_cache:
-            return _probe_cache[compiler]
-        ident = hashlib.sha256(f"{compiler}\0{compiler_identity(compiler)}\0{_cpu_identity()}".encode())
-        record = os.path.join(config.cache_dir, "cpp", f"probe-{ident.hexdigest()[:24]}.txt")
-        try:
-            with open(record) as f:
-                _probe_cache[compiler] = shlex.split(f.read())
-                return _probe_cache[compiler]
-        except OSError:
-            pass
-        with tempfile.TemporaryDirectory(prefix="tritonfuse_probe_") as tmp:
-            src = os.path.join(tmp, "probe.cpp")
-            with open(src, "w") as f:
-                f.write(_PROBE_SOURCE)
-            errors = []
-            for arch in _ARCH_FLAG_CANDIDATES:
-                so = os.path.join(tmp, "probe.so")
-                cmd = shlex.split(compiler) + ["-O1", "-shared", "-fPIC", "-fopenmp", *arch, src, "-o", so]
-                res = subprocess.run(cmd, capture_output=True, text=True)
-                if res.returncode == 0:
-                    _probe_cache[compiler] = arch
-                    try:
-                        os.makedirs(os.path.dirname(record), exist_ok=True)
-                        _write_atomic(record, shlex.join(arch))
-                    except OSError:
-                        pass  # read-only cache: probe again next process
-                    return arch
-                errors.append(f"$ {shlex.join(cmd)}\n{res.stderr.strip()}")
-        raise CompilerNotFoundError(
-            f"C++ compiler {compiler!r} cannot build an OpenMP shared library (-fopenmp failed). "
-            "Install the OpenMP runtime: libgomp for g++ (`apt-get install libgomp1 g++`), "
-            "libomp for clang++ (`apt-get install libomp-dev`, macOS: `brew install libomp`).\n"
-            + "\n".join(errors)
-        )
+        if (compiler, user_flags) in _probe_cache:
+            return _probe_cache[(compiler, user_flags)]
+        ident = hashlib.sha256("\0".join([compiler, compiler_identity(compiler), _cpu_identity(),
+                                          shlex.join(user_flags)]).encode())
+        record = os.path.join(config.cache_dir, "cpp", f"probe-{ident.hexdigest()[:24]}.json")
+        stored = cache_store.read(record)
+        result = ProbeResult.from_json(stored) if stored is not None else None
+        if stored is not None and result is None:
+            cache_store.discard(record, "not a probe record of this version")
+        if result is None:
+            result = _run_probe(compiler, user_flags)
+            try:
+                cache_store.write(record, result.to_json())
+            except OSError:
+                pass  # no cache at all: probe again next process
+        _probe_cache[(compiler, user_flags)] = result
+        return result
+
+
+def _run_probe(compiler: str, user_flags: tuple[str, ...]) -> ProbeResult:
+    with tempfile.TemporaryDirectory(prefix="tritonfuse_probe_") as tmp:
+        src = os.path.join(tmp, "probe.cpp")
+        with open(src, "w") as f:
+            f.write(_PROBE_SOURCE)
+
+        def try_compile(flags):
+            cmd = shlex.split(compiler) + [src, *flags, "-o", os.path.join(tmp, "probe.so")]
+            return cmd, subprocess.run(cmd, capture_output=True, text=True)
+
+        errors = []
+        for arch in _ARCH_FLAG_CANDIDATES:
+            cmd, res = try_compile(["-O1", "-shared", "-fPIC", "-fopenmp", *arch])
+            if res.returncode == 0:
+                break
+            errors.append(f"$ {shlex.join(cmd)}\n{res.stderr.strip()}")
+        else:
+            raise CompilerNotFoundError(
+                f"C++ compiler {compiler!r} cannot build an OpenMP shared library (-fopenmp failed). "
+                "Install the OpenMP runtime: libgomp for g++ (`apt-get install libgomp1 g++`), "
+                "libomp for clang++ (`apt-get install libomp-dev`, macOS: `brew install libomp`).\n"
+                + "\n".join(errors)
+            )
+        rejection = ""
+        if user_flags:   # with everything a kernel build uses, the kernel header included
+            with open(src, "a") as f:
+                f.write('#include "tf_kernel.h"\n')
+            _, res = try_compile([*_BASE_FLAGS, *arch, "-I", INCLUDE_DIR, *user_flags])
+            if res.returncode != 0:
+                lines = [line for line in res.stderr.splitlines() if "error" in line]
+                rejection = (lines or res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[0]
+    return ProbeResult(tuple(arch), rejection)
 
 
 def compile_flags(compiler: str | None = None) -> list[str]:
-    """Flags for a kernel build (without source/output), including $TRITONFUSE_CXXFLAGS."""
+    """Flags for a kernel build (without source/output), including $TRITONFUSE_CXXFLAGS
+    (tritonfuse.config.cxxflags) unless the compiler rejects them: then they are left out,
+    with a SettingWarning once per process."""
+    import tritonfuse.config as config
+
     compiler = compiler or find_compiler()
-    flags = list(_BASE_FLAGS) + _probe_arch_flags(compiler) + ["-I", INCLUDE_DIR]
-    flags += shlex.split(os.environ.get("TRITONFUSE_CXXFLAGS", ""))
+    user_flags = tuple(config.cxxflags)
+    probe = _probe(compiler, user_flags)
+    flags = list(_BASE_FLAGS) + list(probe.arch_flags) + ["-I", INCLUDE_DIR]
+    if not probe.user_flags_rejection:
+        return flags + list(user_flags)
+    if (compiler, user_flags) not in _warned_rejections:
+        _warned_rejections.add((compiler, user_flags))
+        warnings.warn(f"tritonfuse: TRITONFUSE_CXXFLAGS={shlex.join(user_flags)!r} is rejected by "
+                      f"{compiler} ({probe.user_flags_rejection}); building kernels without them",
+                      config.SettingWarning, stacklevel=2)
     return flags
 
 
@@ -237,12 +305,6 @@ class BuildResult:
 
 
 _loaded: dict[str, BuildResult] = {}  # key -> result, so one source is dlopened once
-_key_locks: dict[str, threading.Lock] = {}  # threads building different kernels run in parallel
-
-
-def _lock_for(key: str) -> threading.Lock:
-    with _state_lock:
-        return _key_locks.setdefault(key, threading.Lock())
 
 
 def build_kernel_library(source: str, extra_flags: Sequence[str] = ()) -> BuildResult:
@@ -255,35 +317,50 @@ def build_kernel_library(source: str, extra_flags: Sequence[str] = ()) -> BuildR
     compiler = find_compiler()
     flags = compile_flags(compiler) + list(extra_flags)
     key_material = "\0".join(
-        [source, shlex.join(flags), compiler_identity(compiler), _cpu_identity(), _headers_digest()]
+        [_BUILD_FORMAT, source, shlex.join(flags), compiler_identity(compiler), _cpu_identity(),
+         _headers_digest()]
     )
     key = hashlib.sha256(key_material.encode()).hexdigest()
     hit = _loaded.get(key)
     if hit is not None:
         return dataclasses.replace(hit, origin="memory")
-    with _lock_for(key):
+    folder = os.path.join(config.cache_dir, "cpp", key[:2], key)
+    with cache_store.lock(folder):   # threads and processes building this kernel wait here
         hit = _loaded.get(key)
         if hit is not None:
             return dataclasses.replace(hit, origin="memory")
-
-        folder = os.path.join(config.cache_dir, "cpp", key[:2], key)
-        so_path = os.path.join(folder, _SO_NAME)
-        cpp_path = os.path.join(folder, _CPP_NAME)
-        origin = "disk-cache"
-        if not os.path.exists(so_path):
-            os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, "build.lock"), "a") as lock_file:
-                fcntl.flock(lock_file, fcntl.LOCK_EX)  # released when the file closes
-                if not os.path.exists(so_path):  # another process may have built it meanwhile
-                    _compile(compiler, flags, source, cpp_path, so_path)
-                    origin = "compiled"
-        if origin == "compiled":
+        result = _load_cached(key, folder) or _build(compiler, flags, source, key, folder)
+        if result.compiled:
             metrics.cpp_builds += 1
         else:
             metrics.cpp_build_cache_hits += 1
-        result = BuildResult(_dlopen(so_path), key, so_path, cpp_path, origin)
         _loaded[key] = result
         return result
+
+
+def _load_cached(key: str, folder: str) -> BuildResult | None:
+    """The verified library in `folder`, loaded; None if absent, damaged or refused by the
+    dynamic loader (then deleted, to be built again)."""
+    so_path = os.path.join(folder, _SO_NAME)
+    if not cache_store.verify(so_path):
+        return None
+    try:
+        lib = _dlopen(so_path)
+    except CppCompileError as error:
+        if _OPENMP_MISMATCH in error.stderr:   # the process, not the file, is at fault
+            raise
+        cache_store.discard(so_path, f"the dynamic loader refused it: {error.stderr}")
+        return None
+    return BuildResult(lib, key, so_path, os.path.join(folder, _CPP_NAME), "disk-cache")
+
+
+def _build(compiler: str, flags: list[str], source: str, key: str, folder: str) -> BuildResult:
+    import tritonfuse.config as config
+
+    cache_store.sweep_once(config.cache_dir)   # the cold path: litter of killed builds
+    cpp_path, so_path = _compile(compiler, flags, source, os.path.join(folder, _CPP_NAME),
+                                 os.path.join(folder, _SO_NAME))
+    return BuildResult(_dlopen(so_path), key, so_path, cpp_path, "compiled")
 
 
 def _dlopen(so_path: str) -> ctypes.CDLL:
@@ -291,11 +368,12 @@ def _dlopen(so_path: str) -> ctypes.CDLL:
         return ctypes.CDLL(so_path)
     except OSError as e:
         hint = ""
-        if "GOMP_" in str(e):
+        if _OPENMP_MISMATCH in str(e):
             # libgomp is loaded once per process (torch ships its own copy): an OpenMP
             # construct that needs a newer libgomp than the one already loaded fails here.
             hint = " (the OpenMP runtime already loaded, usually torch's bundled libgomp, is older than the compiler's)"
-        raise CppCompileError(f"cannot load compiled kernel {so_path}: {e}{hint}", so_path.replace(_SO_NAME, _CPP_NAME), str(e)) from e
+        raise CppCompileError(f"cannot load compiled kernel {so_path}: {e}{hint}",
+                              os.path.join(os.path.dirname(so_path), _CPP_NAME), str(e)) from e
 
 
 def load_kernel_library(source: str, extra_flags: Sequence[str] = ()) -> ctypes.CDLL:
@@ -303,17 +381,11 @@ def load_kernel_library(source: str, extra_flags: Sequence[str] = ()) -> ctypes.
     return build_kernel_library(source, extra_flags).lib
 
 
-def _write_atomic(path: str, data: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp_")
-    with os.fdopen(fd, "w") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
-def _compile(compiler: str, flags: list[str], source: str, cpp_path: str, so_path: str) -> None:
-    _write_atomic(cpp_path, source)  # kept next to the .so for debugging
-    fd, tmp_so = tempfile.mkstemp(dir=os.path.dirname(so_path), prefix=".tmp_", suffix=".so")
-    os.close(fd)
+def _compile(compiler: str, flags: list[str], source: str, cpp_path: str, so_path: str) -> tuple[str, str]:
+    """Compile `source` into the library `so_path`; returns where the source and the
+    library now live (private twins if the cache folder cannot be written)."""
+    cpp_path = cache_store.write(cpp_path, source)  # kept next to the .so for debugging
+    tmp_so = cache_store.temp_path(so_path, ".so")
     cmd = shlex.split(compiler) + [cpp_path, *flags, "-o", tmp_so]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True)
@@ -324,7 +396,7 @@ def _compile(compiler: str, flags: list[str], source: str, cpp_path: str, so_pat
                 cpp_path,
                 res.stderr,
             )
-        os.replace(tmp_so, so_path)
+        return cpp_path, cache_store.publish(tmp_so, so_path)
     finally:
         if os.path.exists(tmp_so):
             os.unlink(tmp_so)

@@ -41,14 +41,17 @@ from .loop_nest import CppLoopNest
 from .outer_reduction import CppOuterReductions
 from .overrides import CPP_CHECKED_DIVISION, CPP_OPS, cpp_op, cpp_result_dtype, is_integer
 from .reductions import CppReductions
+from .scan import CppScans
+from .scatter import CppScatter
 
-class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
-    def __init__(self, group, internal, graph, name, num_threads):
+
+class CppKernel(CppLoopNest, CppOuterReductions, CppReductions, CppScans, CppScatter):
+    def __init__(self, group, internal, graph, name, num_threads, in_place=None):
         self.group = group
         self.graph = graph
         self.name = name
         self.num_threads = num_threads
-        self.args = KernelArgs()
+        self.args = KernelArgs(in_place)
         self.cse = CSE("tmp")
         layouts = group.node_layouts()
         plans = {node.name: plan_and_deps(node.buffer, xs, rs)[0] for node, xs, rs, _ in layouts}
@@ -72,6 +75,7 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
         self.partials = None      # an outer reduction's accumulator rows (outer_reduction.py)
         self.block_width = None
         self._vector_indirect = set()
+        self.indirect_sizes = {}  # indirect index variable -> the size of the dim it indexes
         self.tiled = self.axis == "x" and self._needs_tiling(layouts)
         self.tiles = {}   # transposed reads staged through a tile buffer
         self.stored = {}        # buffer -> (value, segment index, from an r loop)
@@ -125,6 +129,10 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
         return _returning_zero_division(source, self.name) if self.checks_division else source
 
     def _generate(self) -> str:
+        if self._is_scatter():
+            return self._generate_scatter()
+        if self._is_scan():
+            return self._generate_scan()
         if self._rows_outer_reduction():
             return self._generate_rows_outer_reduction()
         if self._split_full_reduction():
@@ -150,10 +158,7 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
         self.plan = self.plans[node.name]
         self.node_kind = kind
         with set_ops_handler(self):
-            if node.is_reduction():
-                node.buffer.body(self.plan.raw_x, self.plan.raw_r)
-            else:
-                node.buffer.body(self.plan.raw_x + self.plan.raw_r, [])
+            node.buffer.run_body(self.plan.raw_x, self.plan.raw_r)
 
     def _run_loop_segment(self, seg, body):
         """Generate the nodes of one inner loop into ``body``; values computed inside the
@@ -379,6 +384,7 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions):
                              f"{value})", value.dtype, value.vec)
         if wrapped.dtype != torch.int64:
             wrapped = self.to_dtype(wrapped, torch.int64)
+        self.indirect_sizes[wrapped.name] = size
         if wrapped.vec:
             self._vector_indirect = self.vector_indirect | {wrapped.name}
         return sympy.Symbol(wrapped.name, integer=True)

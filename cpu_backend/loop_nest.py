@@ -23,19 +23,7 @@ class CppLoopNest:
         for seg in self.segments:
             self.segment_index = seg.index
             if seg.is_loop:
-                self.pre, self.post = IndentedBuffer(), IndentedBuffer()
-                loop_body = IndentedBuffer()
-                self._run_loop_segment(seg, loop_body)
-                self.code = inner
-                inner.splice(self.pre)
-                for i, size in enumerate(self.r_sizes):
-                    inner.writeline(f"for (int64_t r{i} = 0; r{i} < {cexpr(size)}; ++r{i}) {{")
-                    inner._indent += 1
-                inner.splice(loop_body)
-                for _ in self.r_sizes:
-                    inner._indent -= 1
-                    inner.writeline("}")
-                inner.splice(self.post)
+                self._emit_plain_r_loops(inner, seg)
             else:
                 for layout in seg.layouts:
                     self._run_node(*layout)
@@ -44,6 +32,28 @@ class CppLoopNest:
             self._emit_tiles(out, inner)
         else:
             self._emit_vector_loops(out, [], [], inner, vector_dim=("x", len(self.x_sizes) - 1, self.x_sizes[-1]))
+
+    def _emit_plain_r_loops(self, out, seg):
+        """One loop segment as plain loops over the reduced dims, one step per element (per
+        vector of rows in vector-x code), set-up before and finishing code after."""
+        self.pre, self.post = IndentedBuffer(), IndentedBuffer()
+        loop_body = IndentedBuffer()
+        self._run_loop_segment(seg, loop_body)
+        self.code = out
+        out.splice(self.pre)
+        for i, size in enumerate(self.r_sizes):
+            out.writeline(f"for (int64_t r{i} = 0; r{i} < {cexpr(size)}; ++r{i}) {{")
+            out._indent += 1
+        out.splice(loop_body)
+        self._close_blocks(out, len(self.r_sizes))
+        out.splice(self.post)
+
+    @staticmethod
+    def _close_blocks(code, count):
+        """End ``count`` nested blocks (loops, parallel regions) opened with ``{``."""
+        for _ in range(count):
+            code._indent -= 1
+            code.writeline("}")
 
     def _needs_tiling(self, layouts) -> bool:
         """A pointwise kernel that reads some input transposed (contiguous along the
@@ -253,7 +263,7 @@ class CppLoopNest:
         params = []
         for param, buffer in self.args.call_order():
             dtype = self.graph.name_to_buffer[buffer].get_dtype()
-            const = "const " if param.startswith("in_") else ""
+            const = "const " if param.startswith("in_ptr") else ""
             params.append(f"{const}{STORAGE_TYPES[dtype]}* __restrict__ {param}")
         return ", ".join(params) + SIZE_PARAMS
 
@@ -290,12 +300,7 @@ class CppLoopNest:
                 code.writeline(f"for (int64_t {name} = 0; {name} < {cexpr(size)}; ++{name}) {{")
                 code._indent += 1
             code.splice(body)
-            for _ in outer_names:
-                code._indent -= 1
-                code.writeline("}")
-            if parallel:
-                code._indent -= 1
-                code.writeline("}")
+            self._close_blocks(code, len(outer_names) + bool(parallel))
         code.writeline("}")
         return code.getvalue()
 

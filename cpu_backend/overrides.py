@@ -57,6 +57,13 @@ CPP_OPS = {
     "where": "tf::where({0}, {1}, {2})",
 }
 
+# ---- math beyond the basics (lowering/pointwise_math.py; include/tf_vec_special.h)
+CPP_OPS.update({name: f"tf::{name}({{0}})" for name in (
+    "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log10", "erfc", "erfcx", "lgamma",
+    "signbit")})
+CPP_OPS.update({name: f"tf::{name}({{0}}, {{1}})" for name in ("atan2", "hypot", "copysign", "nextafter")})
+# ---- end of the math block
+
 
 # ---- integers: eager's semantics (cpu_backend/include/tf_int.h) ------------------------
 # Spellings that differ from the floating-point ones. Shifts by amounts < 0 or >= the bit

@@ -34,6 +34,10 @@ class CppReductions:
     def reduction(self, dtype, src_dtype, reduction_type, value):
         if reduction_type.startswith("welford"):
             return self._welford(value, compute_dtype(src_dtype))[0 if reduction_type == "welford_mean" else 1]
+        if self.vec_mode and self.axis == "r" and not value.vec:
+            # a value the same in every lane (a constant, a row's scalar) still counts once
+            # per lane: sum(ones) over 125 elements is 125, not one per vector chunk
+            value = CppVar(self._vec_if(value, True), value.dtype, True)
         key = f"reduction:{reduction_type}:{value}"
         if key in self.cse.cache:
             return self.cse.cache[key]

@@ -4,15 +4,18 @@ All kernels of one compiled graph go into one translation unit, built once (cach
 disk by source + flags) when the generated module loads; each kernel is called through
 ctypes with its tensors' data pointers.
 """
-
+import torch
 
 from tritonfuse import metrics
 from tritonfuse.codegen.backend_interface import BackendScheduling
+from tritonfuse.codegen.common import KERNEL_NAME_PLACEHOLDER, name_kernel
 from tritonfuse.codegen.loops import plan_segments
 from tritonfuse.dependencies import coarsening_groups, plan_and_deps
 
 from .build import default_num_threads
 from .kernel import CppKernel
+
+SCAN_KERNEL_REDUCTIONS = ("sum", "prod", "max", "min", "any", "all")   # one accumulator each, scalar or lanes
 
 HEADER = """// tritonfuse generated C++ kernels
 #include "tf_kernel.h"
@@ -32,12 +35,32 @@ class CppScheduling(BackendScheduling):
         self.kernels = []   # (name, source, pointer args, size arg types, returns zero_division)
         self.library = None
 
+    # indirect writes run in loops that give each element its writes in order (scatter.py)
+    scatter_dtypes = {mode: {torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16,
+                             torch.int32, torch.int64, torch.uint8}
+                      for mode in ("sum", "prod", "max", "min")}
+    deterministic_scatter = True
+
     # ---- fusion rules -----------------------------------------------------------------
     def can_fuse_vertical(self, first, second, merged) -> bool:
-        return self._same_loop_nest(merged)
+        return self._same_loop_nest(merged) and self._scan_and_scatter_kernels(merged)
 
     def can_fuse_horizontal(self, first, second, merged) -> bool:
-        return self._same_loop_nest(merged)
+        return self._same_loop_nest(merged) and self._scan_and_scatter_kernels(merged)
+
+    @staticmethod
+    def _scan_and_scatter_kernels(merged) -> bool:
+        """A scatter kernel holds the scatter alone (scatter.py); a scan kernel is one loop
+        along the scanned dim holding scans, pointwise nodes over the same elements and
+        plain reductions of the rows (scan.py)."""
+        layouts = merged.node_layouts()
+        if any(node.mutated_name is not None for node, _, _, _ in layouts):
+            return False
+        if not any(kind == "scan" for _, _, _, kind in layouts):
+            return True
+        plain = all(kind in ("scan", "xr") or (kind == "reduction" and node.buffer.data.reduction_type in
+                                                 SCAN_KERNEL_REDUCTIONS) for node, _, _, kind in layouts)
+        return plain and len(plan_segments(layouts)) == 1
 
     @staticmethod
     def _same_loop_nest(merged) -> bool:
@@ -56,18 +79,22 @@ class CppScheduling(BackendScheduling):
     # ---- code generation --------------------------------------------------------------
     def codegen_node(self, group) -> None:
         internal = self.scheduler.internal_buffers(group)
-        name = self.wrapper.kernel_name("cpp", group.origins)
-        kernel = CppKernel(group, internal, self.graph, name, default_num_threads())
-        source = kernel.generate()
+        in_place = self.wrapper.memory_plan.in_place_outputs(group.names)
+        kernel = CppKernel(group, internal, self.graph, KERNEL_NAME_PLACEHOLDER, default_num_threads(), in_place)
+        template = kernel.generate()
         if group.r_numel != 1:
             segments = plan_segments(group.node_layouts())
             loops = sum(1 for s in segments if s.is_loop)
             if loops > 1:
                 metrics.outer_loop_fusions.append(metrics.OuterLoopFusion(loops, len(kernel.local_buffers)))
         call_args = kernel.args.call_order()
-        size_types = ["double" if s.name.startswith("z") else "int64" for s in kernel.size_args]
-        self.kernels.append((name, source, len(call_args), size_types, kernel.checks_division))
-        self.wrapper.add_kernel_source(source)
+        # identical loop nests (one per layer of a model) are one function in the library
+        name, new = self.wrapper.define_kernel_once(template, "cpp", group.origins)
+        if new:
+            source = name_kernel(template, name)
+            size_types = ["double" if s.name.startswith("z") else "int64" for s in kernel.size_args]
+            self.kernels.append((name, source, len(call_args), size_types, kernel.checks_division))
+            self.wrapper.add_kernel_source(source, name)
         self.wrapper.allocate_outputs(group, kernel.internal)
         arguments = [f"{buffer}.data_ptr()" for _, buffer in call_args] + [str(s) for s in kernel.size_args]
         if kernel.checks_division:   # it returns whether an integer division met a zero divisor

@@ -2,13 +2,15 @@
 """Fill the autotune cache ahead of deployment, so that the first real run tunes nothing.
 
     python scripts/warmup_autotune.py                               # built-in set, best device
-    python scripts/warmup_autotune.py --mode max --export tuned.json
+    python scripts/warmup_autotune.py --export tuned.json
     python scripts/warmup_autotune.py --no-builtin \\
         --target my_model.py:forward --shapes 8x128,8x128 --dtype float16
 
 Every target is compiled with torch.compile(backend="tritonfuse") and called once on
 random inputs: the Triton launchers tune their kernels on that first call and store the
-winners in the autotune cache ($TRITONFUSE_AUTOTUNE_CACHE_DIR, or --cache-dir). Targets:
+winners in the autotune cache ($TRITONFUSE_AUTOTUNE_CACHE_DIR, or --cache-dir). The full
+search (--mode max) is the default: a deployment running the default budget
+(TRITONFUSE_AUTOTUNE=default) finds those results and tunes nothing. Targets:
 
   built-in  the demo TransformerBlock (scripts/models.py) at a few batch sizes,
             softmax / layer norm / RMS norm at typical shapes (small ones on the CPU), and
@@ -240,9 +242,9 @@ def run_target(target: Target, backend, dtype: torch.dtype, check: bool) -> dict
 
 def configure(args) -> None:
     """Apply the command line to tritonfuse.config before anything compiles."""
-    if args.cache_dir:
-        os.environ["TRITONFUSE_AUTOTUNE_CACHE_DIR"] = os.path.abspath(args.cache_dir)
     import tritonfuse.config as tf_config
+    if args.cache_dir:
+        tf_config.autotune_cache_dir = os.path.abspath(args.cache_dir)
     tf_config.autotune = args.mode
     if args.device == "cpu":
         tf_config.cpu_backend = "triton"
@@ -261,15 +263,16 @@ def parse_args(argv: list[str] | None):
                    help="input dtype (default: float16 on cuda, float32 on cpu)")
     p.add_argument("--device", default=default_device, choices=["cuda", "cpu"],
                    help=f"default: {default_device}")
-    p.add_argument("--mode", default="default", choices=["default", "max"],
-                   help="how many launch configs to try per kernel")
+    p.add_argument("--mode", default="max", choices=["default", "max"],
+                   help="how many launch configs to try per kernel (default: max, the full search, "
+                        "whose results TRITONFUSE_AUTOTUNE=default runs also use)")
     p.add_argument("--max-autotune", action="store_true",
                    help='compile every target with mode="max-autotune" (GEMM templates for matmuls)')
     p.add_argument("--builtin", action=argparse.BooleanOptionalAction, default=True,
                    help="include the built-in targets (default: yes)")
     p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                    help="compare every result with eager (default: yes)")
-    p.add_argument("--cache-dir", help="autotune cache folder (sets TRITONFUSE_AUTOTUNE_CACHE_DIR)")
+    p.add_argument("--cache-dir", help="autotune cache folder (instead of TRITONFUSE_AUTOTUNE_CACHE_DIR)")
     p.add_argument("--export", metavar="FILE", help="write the whole cache as a bundle afterwards")
     p.add_argument("--backend", default="tritonfuse", help=argparse.SUPPRESS)  # for debugging
     args = p.parse_args(argv)
@@ -316,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"targets: {len(rows)}, failed: {failed}")
     print(f"kernels tuned: {autotuner.stats.tuned}")
     print(f"cache hits: {autotuner.stats.cache_hits}")
+    from tritonfuse import metrics
+    print(f"Triton compilations: {metrics.triton_compilations} (kernels identical to an earlier one: "
+          f"{metrics.kernel_dedup_hits})")
     print(f"tuning time: {autotuner.stats.tuning_seconds:.1f} s "
           f"(total {time.perf_counter() - started:.1f} s)")
     print(f"cache: {cache.directory} ({len(cache.keys())} entries)")

@@ -53,7 +53,7 @@ def _fresh_state(tmp_path_factory, monkeypatch):
     """Each test starts with fresh dynamo caches and metrics, and its own graph cache."""
     base = tmp_path_factory.getbasetemp()
     monkeypatch.setattr(config, "cache_dir", str(base / "tritonfuse_cache"))
-    monkeypatch.setenv("TRITONFUSE_AUTOTUNE_CACHE_DIR", str(base / "autotune_cache"))
+    monkeypatch.setattr(config, "autotune_cache_dir", str(base / "autotune_cache"))
     torch._dynamo.reset()
     metrics.reset()
     yield

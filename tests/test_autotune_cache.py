@@ -10,6 +10,7 @@ import pytest
 import autotune_cache
 from autotune_cache import AutotuneCache, current_versions, make_key
 from autotune_cache.__main__ import main as cli_main
+from tritonfuse import cache_store
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = "import triton\n@triton.jit\ndef k(x, XBLOCK: tl.constexpr):\n    pass\n"
@@ -60,14 +61,22 @@ def test_current_versions():
 
 
 def test_default_directory(monkeypatch, tmp_path):
-    monkeypatch.setenv("TRITONFUSE_AUTOTUNE_CACHE_DIR", str(tmp_path / "a"))
+    from tritonfuse import config
+    monkeypatch.setattr(config, "autotune_cache_dir", str(tmp_path / "a"))
     assert AutotuneCache().directory == str(tmp_path / "a")
-    monkeypatch.delenv("TRITONFUSE_AUTOTUNE_CACHE_DIR")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert AutotuneCache().directory == str(tmp_path / "xdg" / "tritonfuse" / "autotune")
-    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert AutotuneCache("").directory == str(tmp_path / "a")       # empty means unset
+
+    def from_env(**environ):
+        values, problems = config.from_environment(environ)
+        assert problems == []
+        return values["autotune_cache_dir"]
+
+    assert from_env(TRITONFUSE_AUTOTUNE_CACHE_DIR=str(tmp_path / "b")) == str(tmp_path / "b")
+    assert from_env(XDG_CACHE_HOME=str(tmp_path / "xdg")) == str(tmp_path / "xdg" / "tritonfuse" / "autotune")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert AutotuneCache().directory == str(tmp_path / "home" / ".cache" / "tritonfuse" / "autotune")
+    home_default = str(tmp_path / "home" / ".cache" / "tritonfuse" / "autotune")
+    assert from_env() == home_default
+    assert from_env(TRITONFUSE_AUTOTUNE_CACHE_DIR="", XDG_CACHE_HOME="") == home_default
 
 
 def test_put_get_keys_entries_clear(tmp_path):
@@ -78,9 +87,11 @@ def test_put_get_keys_entries_clear(tmp_path):
     assert cache.get(key) == entry
     assert cache.keys() == [key]
     assert [e["key"] for e in cache.entries()] == [key]
-    assert os.listdir(tmp_path / "c") == [key + ".json"]      # no temp files left behind
+    # the entry and its size/hash record; no temp files left behind
+    assert sorted(os.listdir(tmp_path / "c")) == [".lock", key + ".json", key + ".json.sum"]
     assert cache.clear() == 1
     assert cache.get(key) is None and cache.keys() == []
+    assert os.listdir(tmp_path / "c") == [".lock"]
 
 
 def test_put_rejects_invalid_entries_and_bad_keys(tmp_path):
@@ -94,16 +105,20 @@ def test_put_rejects_invalid_entries_and_bad_keys(tmp_path):
         cache.get("../../etc/passwd")
 
 
-def test_corrupt_entry_warns_misses_and_is_rewritten(tmp_path):
+def test_corrupt_entry_is_deleted_misses_and_is_rewritten(tmp_path):
+    from tritonfuse import metrics
     cache = AutotuneCache(tmp_path)
     key, entry = entry_for()
     cache.put(key, entry)
     path = tmp_path / f"{key}.json"
     path.write_text(path.read_text()[:40])         # a torn write
-    with pytest.warns(UserWarning, match="unreadable"):
-        assert cache.get(key) is None
-    with pytest.warns(UserWarning):
-        assert list(cache.entries()) == []
+    with pytest.warns(UserWarning, match="damaged"):   # the CLI's store reports, keeps the file
+        assert AutotuneCache(tmp_path, strict=True).get(key) is None
+    assert path.exists()
+    repairs = metrics.cache_repairs
+    assert cache.get(key) is None                  # the compiler's store deletes it: a miss
+    assert metrics.cache_repairs == repairs + 1 and not path.exists()
+    assert list(cache.entries()) == []
     cache.put(key, entry)
     assert cache.get(key) == entry
 
@@ -121,7 +136,7 @@ def test_mismatched_entry_is_a_miss(tmp_path, tamper, reason):
     key, entry = entry_for()
     tampered = json.loads(json.dumps(entry))
     tamper(tampered)
-    (tmp_path / f"{key}.json").write_text(json.dumps(tampered))
+    cache_store.write(str(tmp_path / f"{key}.json"), json.dumps(tampered))   # a valid record
     with pytest.warns(UserWarning, match=reason):
         assert cache.get(key) is None
 

@@ -165,7 +165,13 @@ def test_concurrent_builds_of_same_source(cache_dir):
 
 
 def test_missing_compiler_from_cxx(monkeypatch):
-    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    # $CXX naming no executable: a warning at import, and the default compiler is used
+    values, problems = tritonfuse.config.from_environment({"CXX": "/nonexistent/g++"})
+    assert values["cxx"] is None and len(problems) == 1 and "CXX='/nonexistent/g++'" in problems[0]
+    with pytest.raises(ValueError, match="tritonfuse.config.cxx"):
+        tritonfuse.config.cxx = "/nonexistent/g++"
+    # a compiler that vanished after tritonfuse read $CXX
+    monkeypatch.setitem(tritonfuse.config.__dict__, "cxx", "/nonexistent/g++")
     with pytest.raises(build.CompilerNotFoundError, match="/nonexistent/g\\+\\+"):
         build.find_compiler()
     with pytest.raises(build.CompilerNotFoundError):
@@ -173,7 +179,7 @@ def test_missing_compiler_from_cxx(monkeypatch):
 
 
 def test_missing_compiler_on_path(monkeypatch, tmp_path):
-    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(tritonfuse.config, "cxx", None)
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no g++, no clang++
     with pytest.raises(build.CompilerNotFoundError) as info:
         build.find_compiler()
@@ -191,7 +197,7 @@ def test_broken_openmp_is_reported(cache_dir, monkeypatch, tmp_path):
         f'exec {build.find_compiler()} "$@"\n'
     )
     fake.chmod(0o755)
-    monkeypatch.setenv("CXX", str(fake))
+    monkeypatch.setattr(tritonfuse.config, "cxx", str(fake))
     with pytest.raises(build.CompilerNotFoundError) as info:
         build.compile_flags()
     assert "libgomp" in str(info.value) and "libomp" in str(info.value) and "cannot find -lgomp" in str(info.value)
@@ -217,14 +223,22 @@ def test_flags(monkeypatch):
     for forbidden in ("-ffast-math", "-funsafe-math-optimizations", "-ffinite-math-only", "-fassociative-math"):
         assert forbidden not in flags
     assert build.INCLUDE_DIR in flags
-    monkeypatch.setenv("TRITONFUSE_CXXFLAGS", "-DTF_TEST_FLAG=1 -g0")
+    monkeypatch.setattr(tritonfuse.config, "cxxflags", "-DTF_TEST_FLAG=1 -g0")
     assert build.compile_flags()[-2:] == ["-DTF_TEST_FLAG=1", "-g0"]
+
+
+def test_flags_the_compiler_rejects_are_left_out(cache_dir, monkeypatch):
+    monkeypatch.setattr(tritonfuse.config, "cxxflags", "-DTF_FINE=1 -fno-such-flag-tritonfuse")
+    with pytest.warns(tritonfuse.config.SettingWarning, match="TRITONFUSE_CXXFLAGS=.*rejected"):
+        flags = build.compile_flags()
+    assert "-DTF_FINE=1" not in flags and "-fno-such-flag-tritonfuse" not in flags
+    assert build.build_kernel_library(_unique(ADD_SOURCE, "rejected-flags")).lib is not None
 
 
 def test_extra_flags_change_the_cache_key(cache_dir, monkeypatch):
     source = _unique(ADD_SOURCE, "flags")
     first = build.build_kernel_library(source)
-    monkeypatch.setenv("TRITONFUSE_CXXFLAGS", "-DTF_SOMETHING_ELSE=1")
+    monkeypatch.setattr(tritonfuse.config, "cxxflags", ("-DTF_SOMETHING_ELSE=1",))
     second = build.build_kernel_library(source)
     assert second.key != first.key and second.compiled
     third = build.build_kernel_library(source, extra_flags=["-DTF_THIRD=1"])

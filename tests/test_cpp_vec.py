@@ -216,6 +216,62 @@ def test_double_vectors_match_torch(vec, name):
     torch.testing.assert_close(got, ref_fn(x), rtol=5e-16, atol=1e-300, equal_nan=True)
 
 
+# ---- tf_vec_special.h ---------------------------------------------------------------------
+
+def _special_inputs(n=20011):
+    g = torch.Generator().manual_seed(5)
+    unit = torch.cat([torch.empty(n).uniform_(-1.1, 1.1, generator=g), torch.tensor([0.99999994, -0.99999994, 1e-30]),
+                      1 - torch.exp(torch.empty(n).uniform_(-17, -1, generator=g))])
+    return torch.cat([_inputs("erf", n), unit, torch.empty(n).uniform_(-10, 11, generator=g),
+                      torch.empty(n).uniform_(80, 90, generator=g)])
+
+
+# name -> (torch reference on float64, max ulp error): vectorized float kernels
+SPECIAL_CASES = {  # measured max (native, AVX2 and SSE2 builds) in the comments
+    "asin": (torch.asin, 0.6), "acos": (torch.acos, 0.6), "atan": (torch.atan, 0.6),  # 0.51: in double
+    "sinh": (torch.sinh, 2.5), "cosh": (torch.cosh, 2),  # 1.96, 1.57
+    "asinh": (torch.asinh, 2.5), "acosh": (torch.acosh, 2.5), "atanh": (torch.atanh, 2.5),  # 1.83, 1.86, 2.20
+    "erfc": (torch.erfc, 4), "erfcx": (torch.special.erfcx, 5),  # 3.37, 4.55 (1 - erf(x) for |x| < 0.875)
+}
+
+
+@pytest.mark.parametrize("name", list(SPECIAL_CASES))
+def test_special_unary_accuracy(vec, name):
+    ref_fn, max_ulp = SPECIAL_CASES[name]
+    x = _special_inputs()
+    ref = ref_fn(x.double())
+    for scalar in (False, True):
+        got = _unary(vec, name, x, scalar=scalar)
+        err = ulp_error(got, ref)
+        worst = int(err.argmax())
+        bound = max(max_ulp, 1.0) if scalar else max_ulp   # scalars: libm (glibc: < 1 ulp)
+        assert err.max() <= bound, (f"{name} (scalar={scalar}): {err.max():.2f} ulp at x={x[worst].item()!r}: "
+                                      f"got {got[worst].item()!r}, want {ref[worst].item()!r}")
+        zero = ref == 0
+        assert torch.equal(torch.signbit(got[zero]), torch.signbit(ref[zero].float())), name
+    x64 = x.double()
+    torch.testing.assert_close(_unary(vec, name, x64), ref_fn(x64), rtol=1e-13, atol=1e-300, equal_nan=True)
+
+
+def test_special_binary(vec):
+    g = torch.Generator().manual_seed(6)
+    specials = torch.tensor([0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, math.nan, 1e-45, 3e38, -2.5])
+    a = torch.cat([torch.randn(3001, generator=g) * 10, specials.repeat_interleave(len(specials))])
+    b = torch.cat([torch.randn(3001, generator=g) * 10, specials.repeat(len(specials))])
+    for dtype in (torch.float32, torch.float64):
+        x, y = a.to(dtype), b.to(dtype)
+        for scalar in (False, True):
+            assert torch.equal(_binary(vec, "nextafter", x, y, scalar=scalar).view(-1), torch.nextafter(x, y)) or \
+                torch.equal(_binary(vec, "nextafter", x, y, scalar=scalar).isnan(), torch.nextafter(x, y).isnan())
+            got, want = _binary(vec, "hypot", x, y, scalar=scalar), torch.hypot(x, y)
+            if dtype == torch.float32:
+                assert ulp_error(got, torch.hypot(x.double(), y.double())).max() <= 0.5
+            else:
+                torch.testing.assert_close(got, want, rtol=5e-16, atol=0, equal_nan=True)
+            sign = _unary(vec, "signbit", x, scalar=scalar)
+            assert torch.equal(sign.bool(), torch.signbit(x))
+
+
 def _pow_specials():
     vals = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, -3.0, 2.5, -2.5, math.inf,
             -math.inf, math.nan, 1e-40, -1e-40, 1e30, -1e30, 127.0, -128.0]

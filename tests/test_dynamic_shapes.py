@@ -143,3 +143,22 @@ def test_past_the_cap_shapes_run_eagerly_counted_and_logged(device, monkeypatch,
     assert tritonfuse.metrics.static_specializations == 2
     assert tritonfuse.metrics.eager_graphs == 2         # shapes 4 and 5
     assert sum("input shapes for" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_a_cpu_scalar_tensor_is_read_on_the_host(device, dtype, monkeypatch):
+    # on a GPU, a 0-d CPU tensor input (how Dynamo passes an unspecialized Python float)
+    # reaches kernels as a host-read scalar; forced here on every column
+    from tritonfuse.graph import GraphLowering
+    monkeypatch.setattr(GraphLowering, "_is_host_scalar", lambda self, t: t.dim() == 0 and t.device.type == "cpu")
+
+    def fn(x, scale):
+        return (scale * x).sin().sum(-1) + scale
+
+    compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
+    with torch.no_grad():
+        for rows, value in ((4, 3), (5, -2), (7, 5)):
+            x = rand(rows, 64, device=device)
+            scale = torch.tensor(value, dtype=dtype)
+            assert_same(compiled(x, scale), fn(x, scale), atol=1e-5, rtol=1e-5)
+    assert tritonfuse.metrics.eager_graphs == 0

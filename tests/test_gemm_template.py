@@ -33,7 +33,7 @@ def max_autotune(request, monkeypatch, tmp_path):
     benchmarked), so that the tests test the template rather than cuBLAS."""
     monkeypatch.setattr(config, "max_autotune", True)
     monkeypatch.setattr(config, "graph_cache", False)
-    monkeypatch.setenv("TRITONFUSE_AUTOTUNE_CACHE_DIR", str(tmp_path / "autotune"))
+    monkeypatch.setattr(config, "autotune_cache_dir", str(tmp_path / "autotune"))
     if "device" in request.fixturenames and request.getfixturevalue("device") == "cuda":
         monkeypatch.setattr(config, "gemm_backends", "triton")
         monkeypatch.setattr(config, "autotune", "none")
@@ -286,7 +286,7 @@ def test_choice_is_benchmarked_once_then_cached(device, monkeypatch):
 def measured(monkeypatch, cache_dir, template_ms, aten_ms, round_trip_ms):
     """The choice step benchmarks under the interpreter and measures these timings (kept in
     the autotune cache ``cache_dir``)."""
-    monkeypatch.setenv("TRITONFUSE_AUTOTUNE_CACHE_DIR", str(cache_dir))
+    monkeypatch.setattr(config, "autotune_cache_dir", str(cache_dir))
     monkeypatch.setattr(config, "gemm_backends", "aten,triton")
     monkeypatch.setattr(config, "autotune", "default")
     monkeypatch.setattr(config, "autotune_under_interpreter", True)
@@ -325,7 +325,7 @@ def test_template_kept_where_fusing_its_epilogue_pays(device, monkeypatch, tmp_p
         sources = check(fn, x, w)
         assert template_kernels() == []
         assert "aten was faster" in metrics.fallbacks["aten.mm.default"]
-        assert "torch.ops.aten.mm.default(arg0, arg1)" in sources[0]
+        assert "torch.ops.aten.mm.out(arg0, arg1, out=" in sources[0]
 
 
 def test_addmm_bias_alone_is_no_epilogue_to_fuse(device, monkeypatch, tmp_path):
@@ -337,7 +337,7 @@ def test_addmm_bias_alone_is_no_epilogue_to_fuse(device, monkeypatch, tmp_path):
     measured(monkeypatch, tmp_path / "first", template_ms=1.0, aten_ms=0.9, round_trip_ms=0.5)
     sources = check(lambda c, x, w: torch.addmm(c, x, w, beta=0.5), c, x, w)
     assert template_kernels() == [] and metrics.generated_kernel_count == 0
-    assert "torch.ops.aten.addmm.default(arg0, arg1, arg2, beta=0.5, alpha=1)" in sources[0]
+    assert "torch.ops.aten.addmm.out(arg0, arg1, arg2, beta=0.5, alpha=1, out=" in sources[0]
     torch._dynamo.reset()
     metrics.reset()
     measured(monkeypatch, tmp_path / "second", template_ms=1.0, aten_ms=0.9, round_trip_ms=0.5)

@@ -19,6 +19,8 @@ CASES = [
     ("pointwise", {"x": 1}),
     ("pointwise", {"x": 17}),
     ("pointwise", {"x": 4096}),
+    ("pointwise", {"x": 50_000}),       # x // 128 = 390 and 768 (inference of 1 x 128 x 768):
+    ("pointwise", {"x": 98_304}),       # the first guess must still be a power of two
     ("pointwise", {"x": 10_000_000}),
     ("pointwise_2d", {"y": 1024, "x": 768}),
     ("pointwise_2d", {"y": 3, "x": 50_000}),

@@ -144,3 +144,9 @@ def test_mutated_input_is_written_back(device):
     torch.testing.assert_close(actual, expected)
     torch.testing.assert_close(x, x_eager)
     torch.testing.assert_close(y, y_eager)
+
+
+def test_sgn_isposinf_isneginf(device):
+    x = rand(6, 5, device=device)
+    x[0, 0], x[1, 1], x[2, 2] = float("inf"), float("-inf"), float("nan")
+    check(lambda a: (torch.sgn(a), torch.isposinf(a), torch.isneginf(a), torch.isposinf(a.nan_to_num().clamp(-5, 5).to(torch.int32))), x)

@@ -197,8 +197,12 @@ def test_bench_reports_wrong_results_and_errors(tmp_path):
 def test_bench_max_autotune_backends(tmp_path):
     """"<backend>-max-autotune" compiles with mode="max-autotune" (on the CPU the C++
     backend keeps the matmul on aten); both modes get their tritonfuse-vs-inductor ratios."""
-    assert bench.split_mode("inductor-max-autotune") == ("inductor", "max-autotune")
-    assert bench.split_mode("tritonfuse") == ("tritonfuse", None)
+    from scripts import bench_common
+    assert bench_common.split_backend("inductor-max-autotune") == ("inductor", "max-autotune")
+    assert bench_common.split_backend("tritonfuse") == ("tritonfuse", None)
+    resolved = bench_common.resolve_backend("tritonfuse-max-autotune")
+    assert resolved.keywords == {"mode": "max-autotune"}
+    assert bench_common.resolve_backend("inductor-max-autotune").keywords["config_patches"]["max_autotune"]
     assert bench.ratio_columns(["eager", "inductor", "inductor-max-autotune", "tritonfuse-max-autotune"]) == [
         ("eager", "inductor"), ("eager", "inductor-max-autotune"), ("eager", "tritonfuse-max-autotune"),
         ("inductor-max-autotune", "tritonfuse-max-autotune"), ("inductor", "tritonfuse-max-autotune")]
@@ -238,3 +242,116 @@ def test_demo_tritonfuse(device):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS" in proc.stdout
     assert "Kernels generated" in proc.stdout and "Fallbacks" in proc.stdout
+
+
+# ----------------------------------------------------------------------------------------
+# bench.py --suite models and --suite dynamic (worker processes; tiny CPU sizes)
+# ----------------------------------------------------------------------------------------
+
+# nn-lm is the zoo's plain torch.nn language model: it needs no transformers.
+SUITE_ARGS = ("--device", "cpu", "--threads", "1", "--repeat", "3")
+CRASH, HANG = "tests.script_backends:crash", "tests.script_backends:hang"
+
+
+def _run_suite(tmp_path, suite: str, returncode: int, *args: str) -> tuple[dict, str, str]:
+    """Run ``bench.py --suite <suite>`` on the CPU; check its exit status; return its
+    report (JSON), its markdown and what it printed."""
+    out = tmp_path / suite
+    proc = _run_script("scripts/bench.py", "--suite", suite, *args, *SUITE_ARGS, "--out", str(out))
+    assert proc.returncode == returncode, proc.stdout + proc.stderr
+    return (json.loads((out / f"{suite}.json").read_text()), (out / f"{suite}.md").read_text(),
+            proc.stdout)
+
+
+def test_models_suite_tritonfuse_cold_and_warm(tmp_path):
+    report, md, _ = _run_suite(tmp_path, "models", 0, "--models", "nn-lm", "--modes", "train",
+                               "--backends", "tritonfuse")
+    assert report["backends"] == ["tritonfuse"] and report["unfinished_models"] == []
+    (row,) = report["rows"]
+    assert (row["model"], row["group"], row["mode"]) == ("nn-lm", "extra", "train")
+    cell = row["cells"]["tritonfuse"]
+    assert cell["status"] == "ok" and cell["warm_status"] == "ok", cell["message"]
+    assert cell["check"]["ok"] and cell["warm_check"]["ok"]
+    assert cell["check"]["grad_err"] is not None  # gradients were compared too
+    assert cell["ms"] > 0 and cell["eager_ms"] > 0
+    assert cell["first_call_cold_s"] > 0 and cell["first_call_warm_s"] > 0
+    metrics = cell["tritonfuse"]
+    assert metrics["generated_kernel_count"] > 0 and metrics["eager_graphs"] == 0
+    assert cell["tritonfuse_warm"]["graph_cache_hits"] > 0  # the warm run found the graphs
+    assert cell["dynamo"]["graphs"] >= 1
+    assert "## Other models" in md and "| nn-lm" in md and "tritonfuse warm" in md
+
+
+def test_models_suite_reports_crashes_and_timeouts_and_goes_on(tmp_path):
+    # --timeout counts from the worker's go: model, reference, eager step and Dynamo's trace
+    # come before the backend crashes, which takes well over 10 s on a busy 2-core machine.
+    report, md, printed = _run_suite(tmp_path, "models", 1, "--models", "nn-lm", "--modes", "infer",
+                                     "--backends", f"{CRASH},{HANG}", "--timeout", "40")
+    cells = report["rows"][0]["cells"]
+    assert cells[CRASH]["status"] == "crashed"
+    assert "SIGABRT" in cells[CRASH]["message"]
+    assert cells[HANG]["status"] == "timeout" and "--timeout" in cells[HANG]["message"]
+    for backend in (CRASH, HANG):  # a warm run needs its cold run's caches
+        assert cells[backend]["warm_status"] == "skipped"
+        assert "did not finish" in cells[backend]["warm_message"]
+    assert report["unfinished_models"] == []  # nothing was cut by the run's time limit
+    assert "crashed [" in md and "timeout [" in md and "SIGABRT" in md
+    assert "NOT CLEAN" in printed
+
+
+def test_models_suite_time_limit_skips_what_does_not_fit(tmp_path):
+    report, md, printed = _run_suite(tmp_path, "models", 1, "--models", "resnet,nn-lm",
+                                     "--backends", "tritonfuse", "--time-limit", "1")
+    assert report["time_limit_s"] == 1
+    assert [(r["model"], r["mode"]) for r in report["rows"]] == [
+        ("resnet", "train"), ("resnet", "infer"), ("nn-lm", "train"), ("nn-lm", "infer")]
+    for row in report["rows"]:
+        cell = row["cells"]["tritonfuse"]
+        assert cell["status"] == "skipped" and cell["out_of_time"]
+        assert cell["warm_status"] == "skipped"
+    assert report["unfinished_models"] == ["resnet", "nn-lm"]
+    assert "--models resnet,nn-lm" in printed and "--models resnet,nn-lm" in md
+
+
+def test_models_suite_plans_model_after_model():
+    from scripts import bench_models, model_zoo
+    from scripts.bench_runner import RunSettings
+
+    args = bench_models.parse_args(["--device", "cpu", "--backends", "inductor,tritonfuse",
+                                    "--cache-root", "/nonexistent"])
+    run = RunSettings.from_args(args, 0.0, bench_models.REPEAT, bench_models.TIMEOUT_S,
+                                bench_models.TIME_LIMIT_S)
+    models = model_zoo.select_models("resnet,nn-lm")
+    jobs = bench_models.plan_jobs(models, ["train"], ["cold", "warm"], run)
+    assert [j.key for j in jobs] == [
+        "resnet/train/inductor/cold", "resnet/train/tritonfuse/cold",
+        "resnet/train/inductor/warm", "resnet/train/tritonfuse/warm",
+        "nn-lm/train/inductor/cold", "nn-lm/train/tritonfuse/cold",
+        "nn-lm/train/inductor/warm", "nn-lm/train/tritonfuse/warm"]
+    warm = jobs[3]
+    assert warm.after == "resnet/train/tritonfuse/cold" and warm.cache_dir == jobs[1].cache_dir
+    assert all(j.after is None for j in jobs if j.params["phase"] == "cold")
+
+
+def test_dynamic_suite_one_symbolic_compile_serves_every_length(tmp_path):
+    lengths = [8, 11, 16]
+    report, md, _ = _run_suite(tmp_path, "dynamic", 0, "--model", "nn-lm", "--modes", "infer",
+                               "--backends", "tritonfuse", "--batch", "2",
+                               "--lengths", ",".join(map(str, lengths)))
+    assert report["dynamic"] == "true" and report["backends"] == ["eager", "tritonfuse"]
+    summary = report["summary"]["infer"]
+    assert summary["eager"]["status"] == "ok" and summary["tritonfuse"]["status"] == "ok"
+    tf = summary["tritonfuse"]
+    assert tf["lengths_done"] == len(lengths) and tf["wrong_lengths"] == []
+    assert tf["first_pass_s"] > 0 and 0 <= tf["compile_s"] <= tf["first_pass_s"]
+    assert tf["steady_geomean_ms"] > 0 and tf["vs_eager"] > 0
+    # dynamic=True: one graph, compiled once with symbolic sizes, serves every length.
+    assert tf["dynamo"]["graphs"] == 1 and tf["dynamo"]["recompiles"] == 0
+    assert tf["counters"]["symbolic_graphs"] == 1 and tf["counters"]["eager_graphs"] == 0
+    assert tf["counters"]["static_specializations"] == 0
+    first_pass = report["results"]["infer"]["tritonfuse"]["values"]["first_pass"]
+    assert [e["length"] for e in first_pass] == lengths
+    assert all(e["check"]["ok"] for e in first_pass)
+    builds = [e["tritonfuse"]["cpp_builds"] for e in first_pass]
+    assert builds[0] > 0 and builds == [builds[0]] * len(lengths)  # no build after the first
+    assert "torch.compile(dynamic=True)" in md and "compile s" in md and "recompiles" in md

@@ -109,10 +109,12 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setattr(tf_config, "cache_dir", str(tmp_path / "cache"))
     monkeypatch.setattr(tf_config, "autotune", "default")
     monkeypatch.setattr(tf_config, "autotune_under_interpreter", False)
-    monkeypatch.setenv("TRITONFUSE_AUTOTUNE_CACHE_DIR", str(tmp_path / "autotune"))
+    monkeypatch.setattr(tf_config, "autotune_cache_dir", str(tmp_path / "autotune"))
     autotuner.stats.reset()
+    autotuner.forget_all()
     yield
     autotuner.stats.reset()
+    autotuner.forget_all()
 
 
 def launcher_for(source, kind, numels, mutated, device, **kw):
@@ -209,11 +211,14 @@ def test_failing_candidate_is_skipped(caplog):
     assert sum("skipping XBLOCK=3" in r.getMessage() for r in caplog.records) == 1
 
 
+TWO_CONFIGS = [Config({"XBLOCK": 16}, 1), Config({"XBLOCK": 64}, 2)]
+
+
 def test_tuned_config_is_cached_and_version_change_misses(monkeypatch):
     tf_config.autotune_under_interpreter = True
     n = 64
     args = lambda: (torch.randn(n), torch.randn(n), torch.empty(n), n)  # noqa: E731
-    first = launcher_for(POINTWISE, "pointwise", {"x": n}, [2], "cpu")
+    first = launcher_for(POINTWISE, "pointwise", {"x": n}, [2], "cpu", configs=TWO_CONFIGS)
     first.run(*args())
     assert (autotuner.stats.tuned, autotuner.stats.cache_hits) == (1, 0)
     entries = list(autotune_cache.AutotuneCache().entries())
@@ -222,14 +227,15 @@ def test_tuned_config_is_cached_and_version_change_misses(monkeypatch):
     assert entries[0]["config"] == first.chosen_config.to_dict()
     assert set(entries[0]["timings_ms"]) == {str(c) for c in first.candidates}
 
-    second = launcher_for(POINTWISE, "pointwise", {"x": n}, [2], "cpu")
+    autotuner.forget_all()                   # as in a new process: from the cache on disk
+    second = launcher_for(POINTWISE, "pointwise", {"x": n}, [2], "cpu", configs=TWO_CONFIGS)
     second.run(*args())
     assert (autotuner.stats.tuned, autotuner.stats.cache_hits) == (1, 1)
     assert second.chosen_config == first.chosen_config
 
     real = autotune_cache.current_versions()
     monkeypatch.setattr(autotune_cache, "current_versions", lambda: dict(real, triton="99.0"))
-    third = launcher_for(POINTWISE, "pointwise", {"x": n}, [2], "cpu")
+    third = launcher_for(POINTWISE, "pointwise", {"x": n}, [2], "cpu", configs=TWO_CONFIGS)
     third.run(*args())
     assert (autotuner.stats.tuned, autotuner.stats.cache_hits) == (2, 1)
 
@@ -266,10 +272,12 @@ HIT_SCRIPT = textwrap.dedent("""
     import json, sys, torch
     import tritonfuse.config as cfg
     from tritonfuse.runtime import autotuner
+    from tritonfuse.runtime.heuristics import Config
     from tritonfuse.runtime.triton_launcher import TritonLauncher
     cfg.autotune_under_interpreter = True
+    configs = [Config({"XBLOCK": 16}, 1), Config({"XBLOCK": 64}, 2)]
     launcher = TritonLauncher("triton_poi_fused_add_sin_0", sys.argv[1], "pointwise", {"x": 64},
-                              [2], "cpu")
+                              [2], "cpu", configs)
     a, b, out = torch.randn(64), torch.randn(64), torch.empty(64)
     launcher.run(a, b, out, 64)
     assert torch.allclose(out, torch.sin(a) + b, atol=1e-5, rtol=1e-5)  # tl.sin is approximate on GPUs

@@ -106,3 +106,27 @@ def test_horizontal_fusion_of_shared_reads(device):
 def test_empty_tensors(device):
     x = rand(0, 4, device=device)
     check(lambda a: (a + 1, a.sum(1)), x)
+
+
+def test_diagonal_views(device):
+    x = rand(4, 5, 6, device=device)
+    check(lambda a: (torch.diagonal(a) + 1, torch.diagonal(a, 1, 1, 2) * 2, torch.diagonal(a + 1, -2, 0, 2) * 3,
+                     torch.diagonal(a.t() if a.dim() == 2 else a.transpose(0, 2), 0, -1, 0).sum(-1)), x)
+
+
+def test_view_copies_never_alias_their_input(device):
+    """``*_copy`` ops give a tensor of their own: view_copy was once lowered as a view, so
+    the compiled output shared the input's memory (a write to one showed in the other)."""
+    x = rand(4, 6, device=device)
+    aten = torch.ops.aten
+    fn = lambda a: (aten.view_copy(a, [24]), aten.t_copy(a), aten.transpose_copy(a, 0, 1), aten.alias_copy(a),
+                    aten.expand_copy(a, [2, 4, 6]), aten.diagonal_copy(a), aten.narrow_copy(a, 1, 2, 3),
+                    *aten.unbind_copy(a, 0), *aten.split_with_sizes_copy(a, [2, 4], 1))
+    check(fn, x)
+    outputs = torch.compile(fn, backend="tritonfuse")(x)
+    assert not any(storage_sharing([x, out])[0][1] for out in outputs)
+
+
+def test_unsafe_split_is_a_view(device):
+    x = rand(7, 4, device=device)
+    check(lambda a: [part * 2 for part in torch.unsafe_split(a, 3)] + [a.unsafe_chunk(2, 1)[1] + 1], x)

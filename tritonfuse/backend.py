@@ -6,15 +6,24 @@ gradients are needed) and each goes through ``compile_fx.compile_graph``. Mutate
 are written back by aot_autograd's runtime wrapper, as eager would; an inference graph
 that needs none of that wrapper's work is called directly (``direct_inference``).
 
+torch.compile's ``mode`` and ``options`` become one ``CompileOptions`` per call
+(compile_options.py): with ``mode="max-autotune"`` (or ``options={"max_autotune": True}``,
+or ``TRITONFUSE_MAX_AUTOTUNE=1``) matmuls may run as Triton GEMM templates with their
+epilogues fused; with ``mode="reduce-overhead"`` or ``"max-autotune"`` (or
+``options={"cudagraphs": True}``, or ``TRITONFUSE_CUDAGRAPHS=1``) each compiled graph is
+replayed from a CUDA graph where it can be (runtime/cudagraphs.py).
+
 A graph with symbolic sizes (``dynamic=True``, or Dynamo's recompile after a shape
 changed) is compiled once with its sizes as runtime values; if that fails, once per input
 shape it meets (specialize.py). Compiles that start at call time (those, and the backward
 graph aot_autograd compiles at the first backward) hold the process-wide compile lock
 (compile_lock.py).
 
-Never crash the user's model: if tritonfuse fails on a graph it logs why and runs that
-graph eagerly (aten), which is always correct.
+Never crash the user's model: if tritonfuse or aot_autograd fails on a graph (an op it
+cannot decompose or trace, a data-dependent value from ``.item()``, a bug), it logs why
+once for that graph and runs the graph eagerly (aten), which is always correct.
 """
+import contextlib
 import functools
 import itertools
 import logging
@@ -30,44 +39,112 @@ log = logging.getLogger("tritonfuse")
 _graph_counter = itertools.count()
 
 
-def _compiler(kind, options: CompileOptions):
+def _runs_eagerly(what: str, error: Exception) -> None:
+    """Count and log (once per graph) a graph that tritonfuse gives up on."""
+    from . import metrics
+    metrics.eager_graphs += 1
+    log.warning("tritonfuse: could not compile %s (%s: %s); running it eagerly", what, type(error).__name__,
+                error, exc_info=log.isEnabledFor(logging.DEBUG))
+
+
+def _dynamo_control_flow() -> tuple:
+    """Exceptions Dynamo expects back from a backend (a request to restart its analysis):
+    never swallowed."""
+    from torch._dynamo import exc
+    return tuple(getattr(exc, name) for name in ("RestartAnalysis", "ShortenTraceback", "SkipFrame")
+                 if hasattr(exc, name))
+
+
+def _dynamo_breaks_the_graph_for(error: Exception) -> bool:
+    """Whether Dynamo turns ``error`` into a graph break: a fake-tensor error (an op whose
+    output depends on data, as narrow with a tensor start) splits the graph around the
+    op rather than running all of it eagerly. Dynamo raises instead when the user marked
+    functions allow_in_graph: then, and whenever in doubt, tritonfuse runs the graph
+    eagerly itself."""
+    from torch._dynamo import exc
+    if not isinstance(error, getattr(exc, "exceptions_allowed_to_be_fallback", ())):
+        return False
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+        return not InstructionTranslator.current_tx().output.has_user_defined_allowed_in_graph
+    except Exception:   # another torch version: no way to tell
+        return False
+
+
+def _effect_tokens_in_graph():
+    """Ops with side effects (linalg's error checks) are threaded through effect tokens;
+    made and consumed inside the graph (``prims._make_token``, ``_sink_tokens``), as
+    Inductor has them, they need no graph input that aot_autograd would pass as None."""
+    from torch._functorch import config as functorch_config
+    if not hasattr(functorch_config, "unlift_effect_tokens"):
+        return contextlib.nullcontext()
+    return functorch_config.patch(unlift_effect_tokens=True)
+
+
+def _compiler(kind, options: CompileOptions, cudagraphs=None):
+    """``options``: the torch.compile call's; ``cudagraphs``: None, or the BackwardTracker
+    that the CUDA-graph runners of one compiled function share."""
     def compile_fn(gm: torch.fx.GraphModule, example_inputs):
-        from .compile_fx import _is_symbolic, compile_graph
         graph_id = f"{kind}_{next(_graph_counter)}"
-        try:
-            with compiling():
-                return compile_graph(gm, example_inputs, graph_id, allow_guards=kind != "backward",
-                                     options=options)
-        except Exception as error:  # never crash the user's model
-            reason = f"{type(error).__name__}: {error}"
-            if any(_is_symbolic(value) for value in example_inputs):
-                from .specialize import PerShapeGraph
-                log.debug("tritonfuse: symbolic compile of %s failed", graph_id, exc_info=True)
-                return PerShapeGraph(gm, graph_id, reason, options)
-            from . import metrics
-            metrics.eager_graphs += 1
-            log.warning("tritonfuse: could not compile %s (%s); running it eagerly", graph_id, reason,
-                        exc_info=log.isEnabledFor(logging.DEBUG))
-            from torch._functorch.aot_autograd import make_boxed_func
-            return make_boxed_func(gm.forward)
+        compiled = _compile_or_fall_back(kind, graph_id, gm, example_inputs, options)
+        if cudagraphs is not None:
+            from .runtime.cudagraphs import wrap
+            compiled = wrap(compiled, gm, example_inputs, graph_id, kind, cudagraphs)
+        return compiled
     return compile_fn
 
 
-def tritonfuse_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None):
+def _compile_or_fall_back(kind, graph_id, gm, example_inputs, options):
+    """The compiled graph; if compiling fails, the per-shape or the eager fallback."""
+    from .compile_fx import _is_symbolic, compile_graph
+    try:
+        with compiling():
+            return compile_graph(gm, example_inputs, graph_id, allow_guards=kind != "backward", options=options)
+    except Exception as error:  # never crash the user's model
+        if any(_is_symbolic(value) for value in example_inputs):
+            from .specialize import PerShapeGraph
+            log.debug("tritonfuse: symbolic compile of %s failed", graph_id, exc_info=True)
+            return PerShapeGraph(gm, graph_id, f"{type(error).__name__}: {error}", options)
+        _runs_eagerly(graph_id, error)
+        from torch._functorch.aot_autograd import make_boxed_func
+        return make_boxed_func(gm.forward)
+
+
+def tritonfuse_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None, **kwargs):
     """The Dynamo backend (registered as "tritonfuse" by the package's entry point).
-    ``mode`` and ``options`` are torch.compile's (compile_options.py)."""
+    ``mode`` and ``options`` come from ``torch.compile`` (compile_options.py):
+    "max-autotune" or ``{"max_autotune": True}`` turn the GEMM templates on,
+    "reduce-overhead" or ``{"cudagraphs": True}`` CUDA graphs."""
     from torch._dynamo.backends.common import aot_autograd
     from .decompositions import decomposition_table
+    from .runtime.cudagraphs import BackwardTracker
     compile_options = CompileOptions.from_torch_compile(mode, options)
+    cudagraphs = BackwardTracker() if compile_options.cudagraphs else None
+    with compiling():   # aot_autograd's make_fx trace too: see compile_lock.py
+        return _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_table, compile_options,
+                                          cudagraphs)
+
+
+def _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_table, options, cudagraphs):
     shortcut = InferenceShortcut(gm, example_inputs)
     backend = aot_autograd(
-        fw_compiler=_compiler("forward", compile_options),
-        bw_compiler=_compiler("backward", compile_options),
-        inference_compiler=shortcut.wrap(_compiler("inference", compile_options)),
+        fw_compiler=_compiler("forward", options, cudagraphs),
+        bw_compiler=_compiler("backward", options, cudagraphs),
+        inference_compiler=shortcut.wrap(_compiler("inference", options, cudagraphs)),
         decompositions=decomposition_table(),
         keep_inference_input_mutations=False,
     )
-    return shortcut.callable_or(backend(gm, example_inputs))
+    try:
+        with _effect_tokens_in_graph():
+            compiled = backend(gm, example_inputs)
+    except _dynamo_control_flow():
+        raise
+    except Exception as error:  # aot_autograd could not trace or decompose the graph
+        if _dynamo_breaks_the_graph_for(error):
+            raise   # Dynamo runs the failing op eagerly and compiles the ops around it
+        _runs_eagerly(f"a graph through aot_autograd ({len(gm.graph.nodes)} nodes)", error)
+        return gm.forward
+    return shortcut.callable_or(compiled)
 
 
 @functools.lru_cache(None)

@@ -4,20 +4,25 @@
 knobs that change generated code, and the tritonfuse/torch/triton versions. A module
 saved under that key is loaded by any later process without lowering, scheduling or
 generating a kernel again.
+
+An entry is ``graphs/<key[:2]>/g<key>.py`` (the wrapper module) and ``g<key>.json`` (what
+it was made of: kernel names, fallbacks), both written and verified by cache_store; the
+module is executed from the verified bytes, never read twice.
 """
 import hashlib
-import importlib.util
 import json
+import linecache
 import os
 import sys
-import tempfile
+import types
 
 import torch
 
-from . import config
+from . import cache_store, config
 from .codegen.registry import get_scheduling_class, split_reduction_target
 
-FORMAT_VERSION = 1
+# 2: entries carry cache_store size/hash records
+FORMAT_VERSION = 2
 
 
 def _versions():
@@ -64,6 +69,8 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, extra=()) -> str:
     # C++ kernels are generated for the thread count of the moment (graphs with no CPU
     # input may still make CPU tensors); reductions are split for the device's size
     knobs["cpu_threads"] = torch.get_num_threads()
+    # deterministic algorithms turn atomic float sums into fallbacks (lowering/indexing.py)
+    knobs["deterministic"] = torch.are_deterministic_algorithms_enabled()
     knobs["split_targets"] = sorted({(str(t.device), split_reduction_target(t.device))
                                      for t in example_inputs if isinstance(t, torch.Tensor)})
     payload = json.dumps([gm.code, inputs, knobs, _versions(), _code_fingerprints(devices), list(extra)],
@@ -75,21 +82,53 @@ def module_path(key: str) -> str:
     return os.path.join(config.cache_dir, "graphs", key[:2], f"g{key}.py")
 
 
-def write_module(key: str, source: str) -> str:
-    path = module_path(key)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(source)
-    os.replace(tmp, path)
+def _meta_path(module: str) -> str:
+    return module[:-3] + ".json"
+
+
+def write_entry(key: str, source: str, meta: dict) -> str:
+    """Store a compiled graph; returns the module's path (a private twin if the cache
+    cannot be written)."""
+    path = cache_store.write(module_path(key), source)
+    cache_store.write(_meta_path(path), json.dumps(meta, sort_keys=True))
     return path
 
 
-def load_module(path: str, namespace=None):
-    name = "tritonfuse_generated_" + os.path.basename(path)[:-3]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
+def read_entry(key: str):
+    """(source, meta, path) of the verified entry for `key`, or None (absent or damaged:
+    a damaged part is deleted by cache_store and the graph is compiled again)."""
+    path = module_path(key)
+    source = cache_store.read(path)
+    if source is None:
+        return None
+    meta_bytes = cache_store.read(_meta_path(path))
+    if meta_bytes is None:
+        return None
+    try:
+        meta = json.loads(meta_bytes)
+        if not isinstance(meta, dict):
+            raise ValueError(f"a {type(meta).__name__}, not an object")
+        return source.decode("utf-8"), meta, path
+    except ValueError as error:   # verified, yet not what this version writes
+        discard_entry(key, f"unusable meta: {error}")
+        return None
+
+
+def discard_entry(key: str, why: str) -> None:
+    """Delete the entry for `key` (it failed to load or to run)."""
+    path = module_path(key)
+    cache_store.discard(path, why)
+    cache_store.discard(_meta_path(path), why)
+
+
+def load_module(source: str, path: str, namespace=None):
+    """Execute a generated module from `source`; `path` names it in tracebacks (linecache
+    holds the source, so they show the code that ran even if the file changes)."""
+    name = "tritonfuse_generated_" + os.path.splitext(os.path.basename(path))[0]
+    module = types.ModuleType(name)
+    module.__file__ = path
     if namespace:
         module.__dict__.update(namespace)
-    spec.loader.exec_module(module)
+    linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+    exec(compile(source, path, "exec"), module.__dict__)
     return module

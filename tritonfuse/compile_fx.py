@@ -2,20 +2,23 @@
 
     lower      GraphLowering: aten ops -> IR buffers, views, fallbacks
     schedule   Scheduler: nodes, dependencies, fusion, order
-    codegen    each fused group -> the backend registered for its device; fallbacks and
-               buffer frees -> the wrapper
-    load       write the module (cached on disk by graph key) and import it
+    codegen    the memory plan (in-place writes, reuse of dead buffers); each fused group ->
+               the backend registered for its device; fallbacks and buffer frees -> the wrapper
+    load       store the module (on disk by graph key, through cache_store) and execute it
 """
 import contextlib
-import json
+import copy
 import logging
 import os
 import tempfile
+import threading
 import time
 
 import torch
 
-from . import code_cache, config, metrics, sym
+from . import cache_store, code_cache, config, metrics, sym
+from .codegen.memory_planning import plan_memory
+from .compile_lock import compiling
 from .codegen.registry import get_scheduling_class
 from .codegen.wrapper import WrapperCodeGen
 from .compile_options import CompileOptions
@@ -51,35 +54,61 @@ def _record_sources(sources) -> None:
 class CompiledGraph:
     """The callable handed back to aot_autograd (boxed: takes the list of inputs).
 
-    Triton compiles kernels at their first launch: if the first call fails inside
-    generated code, the graph runs eagerly from then on (logged), so a compiler bug
-    never crashes the user's model."""
-    def __init__(self, module, path, eager_fn=None):
+    Triton compiles kernels at their first launch, so some failures surface only at the
+    first call. A graph loaded from the on-disk cache that fails there is deleted from the
+    cache and compiled afresh (`rebuild`), then called again: a damaged cache entry never
+    sends a graph to eager. A freshly compiled graph that fails on its first call runs
+    eagerly from then on (logged), so a compiler bug never crashes the user's model."""
+    def __init__(self, module, path, eager_fn=None, rebuild=None):
         self._boxed_call = True   # an instance attribute: wrappers copy __dict__
         self.module = module
         self.path = path
         self.call = module.call
         self.eager_fn = eager_fn
+        self.rebuild = rebuild
         self.first_call = True
+        self._failure_lock = threading.Lock()   # threads whose first calls fail together
 
     def __call__(self, args):
         if not self.first_call:
             return list(self.call(args))
         saved = list(args)
+        call = self.call
         try:
-            result = list(self.call(args))
+            result = list(call(args))
         except IntegerDivisionByZero:   # eager's own error for these inputs, not a compiler bug
             raise
         except Exception as error:
+            result = self._first_call_failed(call, error, saved)
+        self.first_call = False
+        self.rebuild = None
+        return result
+
+    def _first_call_failed(self, call, error, saved):
+        with self._failure_lock:
+            if self.call is not call:   # another thread met the failure and replaced the code
+                return list(self.call(saved))
+            if self.rebuild is not None:
+                log.warning("tritonfuse: cached graph %s failed on its first call (%s: %s); compiling it again",
+                            self.path, type(error).__name__, error)
+                rebuild, self.rebuild = self.rebuild, None
+                try:
+                    with compiling():      # at call time: with Dynamo's compiles (compile_lock.py)
+                        fresh = rebuild()
+                    self.module, self.path, self.call = fresh.module, fresh.path, fresh.call
+                    return list(self.call(list(saved)))
+                except IntegerDivisionByZero:
+                    raise
+                except Exception as rebuild_error:   # the fresh compile fails too: eager
+                    error = rebuild_error
             if self.eager_fn is None:
-                raise
+                raise error
             log.warning("tritonfuse: generated code %s failed on its first call (%s: %s); running the graph "
                         "eagerly", self.path, type(error).__name__, error)
             metrics.add("eager_graphs")
-            self.call = lambda inputs: self.eager_fn(*inputs)
-            result = list(self.call(saved))
-        self.first_call = False
-        return result
+            eager_fn = self.eager_fn
+            self.call = lambda inputs: eager_fn(*inputs)
+            return list(self.call(saved))
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, graph_id="graph", sizevars=None,
@@ -113,17 +142,18 @@ def _is_symbolic(value) -> bool:
     return isinstance(value, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride()))
 
 
-def _compile_graph(gm, example_inputs, graph_id, sizevars, options) -> CompiledGraph:
+def _compile_graph(gm, example_inputs, graph_id, sizevars, options, read_cache=True) -> CompiledGraph:
     has_constants = any(n.op == "get_attr" for n in gm.graph.nodes)
     hints = sorted((str(s), int(v)) for s, v in sizevars.hints.items()) if sizevars.specialize else []
     key = code_cache.graph_key(gm, example_inputs, extra=hints + _option_knobs(options, example_inputs))
     use_cache = config.graph_cache and not has_constants
-    if use_cache:
-        compiled = _load_cached(key, gm, sizevars)
+    if use_cache and read_cache:
+        compiled = _load_cached(key, gm, example_inputs, graph_id, sizevars, options)
         if compiled is not None:
             return compiled
 
     started = time.perf_counter()
+    cache_store.sweep_once(config.cache_dir)   # the cold path: litter of killed processes
     graph = lower(gm, example_inputs, graph_id, options)
     scheduler = schedule(graph)
     source, kernel_sources, kernel_names = codegen(graph, scheduler)
@@ -131,14 +161,10 @@ def _compile_graph(gm, example_inputs, graph_id, sizevars, options) -> CompiledG
     meta = {"kernels": kernel_names, "fallbacks": {k: v for k, v in metrics.fallbacks.items()},
             "symbolic": symbolic, "assumptions": [str(a) for a in sizevars.assumptions]}
     if use_cache:
-        path = code_cache.write_module(key, source)
-        with open(path[:-3] + ".json", "w") as handle:
-            json.dump(meta, handle)
+        path = code_cache.write_entry(key, source, meta)
     else:
-        fd, path = tempfile.mkstemp(suffix=".py", prefix="tritonfuse_")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(source)
-    module = code_cache.load_module(path, {"CONSTANTS": graph.constants} if graph.constants else None)
+        path = f"<tritonfuse {graph_id} {key[:16]}>"
+    module = code_cache.load_module(source, path, {"CONSTANTS": graph.constants} if graph.constants else None)
     _record_sources([source] + kernel_sources)
     _debug_dump(graph_id, source, kernel_sources, kernel_names)
     metrics.symbolic_graphs += symbolic
@@ -149,13 +175,14 @@ def _compile_graph(gm, example_inputs, graph_id, sizevars, options) -> CompiledG
 
 def _option_knobs(options, example_inputs) -> list:
     """What the options add to the graph cache key: under max-autotune the generated code
-    holds the GEMM choices made on this GPU with this TF32 setting."""
+    holds the GEMM choices made on this GPU with this TF32 setting and autotune mode
+    (``none`` takes the template untimed)."""
     if not options.max_autotune:
         return []
     gpus = sorted({torch.cuda.get_device_name(t.device) for t in example_inputs
                    if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
-    return [("max_autotune", True), ("gemm_backends", config.gemm_backends), ("allow_tf32", cuda_matmul_allows_tf32()),
-            ("gpus", gpus)]
+    return [("max_autotune", True), ("gemm_backends", config.gemm_backends), ("autotune", config.autotune),
+            ("allow_tf32", cuda_matmul_allows_tf32()), ("gpus", gpus)]
 
 
 def lower(gm, example_inputs, graph_id, options=None) -> GraphLowering:
@@ -186,9 +213,7 @@ def schedule(graph) -> Scheduler:
 
 def codegen(graph, scheduler):
     wrapper = scheduler.wrapper
-    last_use = scheduler.last_uses()
-    keep = scheduler.output_names | set(graph.graph_inputs) | set(graph.constants)
-    names_before = len(metrics.generated_kernels)
+    wrapper.memory_plan = plan = plan_memory(graph, scheduler)
     for i, group in enumerate(scheduler.groups):
         if isinstance(group, FallbackNode):
             wrapper.codegen_fallback(group)
@@ -196,33 +221,48 @@ def codegen(graph, scheduler):
             wrapper.allocate_outputs(group, set())
         else:
             scheduler.backends[group.device.type].codegen_node(group)
-        dead = [name for name, last in last_use.items() if last == i and name not in keep]
-        wrapper.free(dead)
+        wrapper.free(plan.frees_after(i))
     for backend in scheduler.backends.values():
         backend.flush()
-    return wrapper.generate(), wrapper.kernel_sources, metrics.generated_kernels[names_before:]
+    return wrapper.generate(), wrapper.kernel_sources, wrapper.kernel_names
 
 
-def _load_cached(key, gm, sizevars):
-    path = code_cache.module_path(key)
-    if not os.path.exists(path):
+def _load_cached(key, gm, example_inputs, graph_id, sizevars, options):
+    """The compiled graph stored under `key`, or None: absent, compiled for sizes this
+    compile's guards do not promise (then compiled again), or damaged or not loading
+    (then the entry is deleted by cache_store and the graph compiled again)."""
+    entry = code_cache.read_entry(key)
+    if entry is None:
         return None
+    source, meta, path = entry
     try:
-        with open(path[:-3] + ".json") as handle:
-            meta = json.load(handle)
         if not sizevars.holds(meta.get("assumptions", [])):
-            return None      # compiled for sizes that this compile's guards do not promise
-        module = code_cache.load_module(path)
-    except Exception as error:  # a corrupt or foreign file: regenerate
-        log.warning("tritonfuse: ignoring unreadable cached graph %s (%s)", path, error)
+            return None
+    except Exception as error:  # noqa: BLE001 - verified, yet not assumptions this version reads
+        code_cache.discard_entry(key, f"unusable assumptions in its meta ({type(error).__name__}: {error})")
+        return None
+
+    def rebuild():
+        """Compile the graph afresh at call time: Dynamo's guards are built by now, so the
+        compile adds none (the loaded entry's assumptions are guards already)."""
+        code_cache.discard_entry(key, "failed on its first call")
+        fresh_sizevars = copy.copy(sizevars)
+        fresh_sizevars.allow_guards, fresh_sizevars.assumptions = False, []
+        with sym.using_sizevars(fresh_sizevars):
+            return _compile_graph(gm, example_inputs, graph_id, fresh_sizevars, options, read_cache=False)
+
+    try:
+        module = code_cache.load_module(source, path)
+        compiled = CompiledGraph(module, path, gm.forward, rebuild)
+    except Exception as error:  # e.g. a kernel library of the entry cannot be built any more
+        code_cache.discard_entry(key, f"{type(error).__name__}: {error}")
         return None
     metrics.graph_cache_hits += 1
     metrics.cached_kernels.extend(meta.get("kernels", []))
     metrics.fallbacks.update(meta.get("fallbacks", {}))
     metrics.symbolic_graphs += bool(meta.get("symbolic"))
-    with open(path) as handle:
-        _record_sources([handle.read()])
-    return CompiledGraph(module, path, gm.forward)
+    _record_sources([source])
+    return compiled
 
 
 def _debug_dump(graph_id, source, kernel_sources, kernel_names):

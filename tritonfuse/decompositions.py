@@ -11,7 +11,9 @@ DECOMPOSED_OPS = [
     # normalizations and softmax
     "_softmax", "_safe_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "logsumexp",
     "native_layer_norm", "native_layer_norm_backward", "native_group_norm", "native_group_norm_backward",
-    "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training", "native_batch_norm_backward",
+    "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+    "_native_batch_norm_legit_no_training", "_batch_norm_with_update", "_batch_norm_with_update_functional",
+    "_batch_norm_no_update", "native_batch_norm_backward", "batch_norm_backward",
     "rms_norm", "_fused_rms_norm", "linalg_vector_norm", "norm", "std_mean", "aminmax",
     # activations and their backwards
     "gelu", "gelu_backward", "silu", "silu_backward", "sigmoid_backward", "tanh_backward", "threshold_backward",
@@ -20,12 +22,14 @@ DECOMPOSED_OPS = [
     "mish", "mish_backward", "log_sigmoid_forward", "log_sigmoid_backward", "logit", "xlogy",
     # losses
     "mse_loss", "mse_loss_backward", "smooth_l1_loss", "huber_loss", "nll_loss_forward", "nll_loss2d_forward",
+    "nll_loss_backward", "nll_loss2d_backward",   # one-hot scatters: pointwise (lowering/indexing.py)
+    "embedding_dense_backward",                   # zeros + masked index_put(accumulate=True), where ordered
     "binary_cross_entropy", "binary_cross_entropy_backward", "binary_cross_entropy_with_logits",
     # pointwise composites
-    "rsub", "addcmul", "addcdiv", "lerp", "masked_fill", "frac", "deg2rad", "rad2deg", "square",
+    "rsub", "addcmul", "addcdiv", "lerp", "masked_fill", "frac", "deg2rad", "rad2deg", "square", "mvlgamma",
     # views, gathers and scatters expressible as views/where/cat
     "index_select", "split", "split_with_sizes", "unbind", "narrow", "stack", "hstack", "vstack", "repeat",
-    "roll", "expand_as", "slice_backward", "select_backward", "slice_scatter", "select_scatter",
+    "expand_as", "slice_backward", "select_backward", "slice_scatter", "select_scatter",
     "diagonal_backward",
     # small linear algebra into mul + sum (large matmuls stay aten fallbacks)
     "dot", "addmv", "baddbmm", "trace",
@@ -34,4 +38,19 @@ DECOMPOSED_OPS = [
 
 def decomposition_table():
     ops = [getattr(aten, name) for name in DECOMPOSED_OPS if hasattr(aten, name)]
-    return get_decompositions(ops)
+    table = get_decompositions(ops)
+    table[aten.embedding_dense_backward.default] = _embedding_backward_where_ordered(
+        table[aten.embedding_dense_backward.default])
+    return table
+
+
+def _embedding_backward_where_ordered(decomposition):
+    """embedding_dense_backward as a scatter-add that fuses (lowering/indexing.py) where the
+    backend adds a table row's gradients in a fixed order, as eager's kernel does; elsewhere
+    (float atomics on the GPU) eager's own kernel (NotImplemented keeps the op)."""
+    def decompose(grad_output, *args):
+        from .lowering.indexing import sums_in_eagers_order
+        if not sums_in_eagers_order(grad_output.device, "embedding_dense_backward"):
+            return NotImplemented
+        return decomposition(grad_output, *args)
+    return decompose

@@ -57,6 +57,9 @@ class _Recorder:
     def store_reduction(self, name, index, value):
         self.stores.append((name, index))
 
+    def store_scatter(self, name, index, value, mode):
+        self.stores.append((name, index))
+
     def index_expr(self, index, dtype):
         self.loads.append((None, index))
         return "value"
@@ -156,13 +159,12 @@ def _analyze(buffer, x_sizes, r_sizes):
     raw_r = sym.index_vars("r", len(r_sizes))
     recorder = _Recorder()
     with set_ops_handler(recorder):
-        if buffer.is_reduction():
-            buffer.body(raw_x, raw_r)
-        else:
-            buffer.body(raw_x + raw_r, [])
+        buffer.run_body(raw_x, raw_r)
     exprs = [sympy.expand(index) for _, index in recorder.loads + recorder.stores]
     new_x, x_vars, x_subs = _merge_dims(exprs, raw_x, x_sizes)
-    new_x, x_vars, x_subs = _order_by_output(exprs, recorder.stores[0][1], new_x, x_vars, x_subs)
+    store_index = recorder.stores[0][1]
+    if not _is_indirect(store_index):   # a scatter keeps its source's order
+        new_x, x_vars, x_subs = _order_by_output(exprs, store_index, new_x, x_vars, x_subs)
     new_r, r_vars, r_subs = _merge_dims(exprs, raw_r, r_sizes)
     canonical_x = sym.index_vars("x", len(x_vars))
     canonical_r = sym.index_vars("r", len(r_vars))
@@ -176,11 +178,14 @@ def _analyze(buffer, x_sizes, r_sizes):
     for name, index in recorder.loads:
         if name is None:
             continue
-        indirect = any(s.name.startswith("indirect") for s in index.free_symbols)
-        reads.append(MemoryDep(name, plan.remap(index), xs, rs, indirect))
+        reads.append(MemoryDep(name, plan.remap(index), xs, rs, _is_indirect(index)))
     (store_name, store_index), = recorder.stores
-    write = MemoryDep(store_name, plan.remap(store_index), xs, rs)
+    write = MemoryDep(store_name, plan.remap(store_index), xs, rs, _is_indirect(store_index))
     return plan, reads, write
+
+
+def _is_indirect(index) -> bool:
+    return any(s.name.startswith("indirect") for s in sympy.sympify(index).free_symbols)
 
 
 @functools.lru_cache(maxsize=4096)   # fusion asks again for every candidate pair

@@ -23,6 +23,7 @@ from .ir import (
 from .codegen.registry import prefers_materialized_reuse, prefers_online_softmax
 from .lowering import Unsupported, lowerings
 from .lowering.reductions import sumexp
+from .lowering.registry import make_loader
 from .patterns import match_online_softmax_sum
 
 log = logging.getLogger("tritonfuse")
@@ -60,6 +61,7 @@ class GraphLowering(torch.fx.Interpreter):
         # size symbol -> how the generated code reads it ("arg0", "arg2.size(1)"), or None
         # for a symbol a fallback produces (``.item()``): bound where that fallback runs
         self.symbol_sources = {}
+        self.host_scalars = []       # symbols of 0-d CPU inputs read on the host (_host_scalar)
 
     # ---- names and registration -----------------------------------------------------
     def register_buffer(self, buffer: Buffer) -> str:
@@ -87,6 +89,8 @@ class GraphLowering(torch.fx.Interpreter):
         name = f"arg{len(self.input_order)}"
         self.input_order.append(name)
         if isinstance(example, torch.Tensor):
+            if self._is_host_scalar(example):
+                return self._host_scalar(name, example)
             buffer = self._make_input(name, example)
             self.graph_inputs[name] = buffer
             return TensorBox(StorageBox(buffer))
@@ -97,6 +101,24 @@ class GraphLowering(torch.fx.Interpreter):
         if self.current_node.users:
             raise Unsupported(f"non-tensor graph input {type(example).__name__}")
         return example
+
+    def _is_host_scalar(self, tensor):
+        """A 0-d CPU tensor in a graph on another device (Dynamo passes a Python float so,
+        when it does not specialize it): eager lets it mix with GPU tensors, and kernels on
+        the GPU cannot read CPU memory."""
+        return (tensor.dim() == 0 and tensor.device.type == "cpu" and not tensor.is_complex()
+                and any(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in self.example_inputs))
+
+    def _host_scalar(self, name, tensor):
+        """Read the value on the host (``zh0 = arg1.item()``) and pass it to kernels as a scalar."""
+        floating = tensor.dtype.is_floating_point
+        symbol = sympy.Symbol(f"{'zh' if floating else 'uh'}{len(self.host_scalars)}",
+                              real=True, integer=not floating)
+        self.host_scalars.append(symbol)
+        self.symbol_sources[symbol] = f"{name}.item()"
+        device = next((t.device for t in self.example_inputs if isinstance(t, torch.Tensor) and t.device.type != "cpu"),
+                      tensor.device)
+        return TensorBox.create(Pointwise(device, tensor.dtype, make_loader(symbol, tensor.dtype), [], origins=(name,)))
 
     def _bind(self, expr, source):
         """Generated code reads the size symbol ``expr`` from ``source`` (if not bound yet)."""

@@ -10,6 +10,10 @@ a buffer) or a view of another value. A computation is ``Pointwise`` or ``Reduct
               ─► ReinterpretView(buffer, layout)               (strided view, no data moved)
               ─► GenericView(value, size, reindex)             (any index remapping)
 
+``Scan`` is a computation over rows like a reduction that stores every prefix. A
+``Scatter`` writes indirectly into a buffer made for it; its ``MutationBuffer`` is that
+buffer after the writes.
+
 A ``TemplateBuffer`` is computed by a kernel template instead of a loop body (a matmul
 under max-autotune): lowering creates it realized; its pointwise consumers may fuse into
 the template's store.
@@ -116,6 +120,42 @@ class Reduction(Loops):
         raise AssertionError("reductions are realized before anyone reads them")
 
 
+@dataclass
+class Scan(Loops):
+    """An inclusive scan along dim ``axis``: out[.., i, ..] = in[.., 0, ..] + .. + in[.., i, ..]
+    for the combine op ``scan_type`` (ops_table.SCAN_TYPES). ``ranges`` are the other dims
+    (the rows), ``scan_ranges`` the scanned one; ``inner_fn`` takes an index over the full
+    shape. Scheduled like a reduction over rows of ``scan_ranges`` elements, each of which
+    is stored."""
+    scan_ranges: List[sympy.Expr] = field(default_factory=list)
+    axis: int = 0
+    scan_type: str = "sum"
+
+    def get_size(self):
+        return self.full_index(self.ranges, self.scan_ranges)
+
+    def full_index(self, xvars, rvars):
+        xvars = list(xvars)
+        return xvars[:self.axis] + list(rvars) + xvars[self.axis:]
+
+    def make_loader(self):
+        raise AssertionError("scans are realized before anyone reads them")
+
+
+@dataclass
+class Scatter(Loops):
+    """Indirect writes: for every index of ``ranges`` (the source's shape), ``inner_fn(index)``
+    goes to element ``output_indexer(index)`` (an index over the target's dims) of the
+    buffer a ``MutationBuffer`` writes into. ``mode`` None is a plain store (of several
+    writes to one element the last in row-major order wins, where a backend can say);
+    otherwise one of ops_table.SCATTER_MODES combines the value with the element."""
+    output_indexer: Callable = None
+    mode: Optional[str] = None
+
+    def make_loader(self):
+        raise AssertionError("a scatter is read through the buffer it writes")
+
+
 # ---- buffers --------------------------------------------------------------------------
 
 @dataclass
@@ -151,11 +191,24 @@ class ComputedBuffer(Buffer):
     def is_reduction(self) -> bool:
         return isinstance(self.data, Reduction)
 
+    def is_scan(self) -> bool:
+        return isinstance(self.data, Scan)
+
     def iteration_sizes(self):
         """(x sizes, r sizes) of the loop nest that computes this buffer."""
         if isinstance(self.data, Reduction):
             return list(self.data.ranges), list(self.data.reduction_ranges)
+        if isinstance(self.data, Scan):
+            return list(self.data.ranges), list(self.data.scan_ranges)
         return list(self.data.ranges), []
+
+    def run_body(self, xvars, rvars):
+        """``body`` for loop variables split into row (x) and reduced/scanned (r) parts:
+        a pointwise node fused into a reduction kernel walks both as one index."""
+        if isinstance(self.data, (Reduction, Scan)):
+            self.body(xvars, rvars)
+        else:
+            self.body(list(xvars) + list(rvars), [])
 
     def body(self, xvars, rvars):
         """Run the computation for one point of the loop nest through ``ops``."""
@@ -164,8 +217,36 @@ class ComputedBuffer(Buffer):
             value = data.inner_fn(xvars, rvars)
             reduced = ops.reduction(data.dtype, data.src_dtype, data.reduction_type, value)
             ops.store_reduction(self.name, self.layout.index(xvars), reduced)
+        elif isinstance(data, Scan):
+            index = data.full_index(xvars, rvars)
+            scanned = ops.scan(data.dtype, data.scan_type, data.inner_fn(index))
+            ops.store(self.name, self.layout.index(index), scanned)
         else:
             ops.store(self.name, self.layout.index(xvars), data.inner_fn(xvars))
+
+
+@dataclass
+class MutationBuffer(ComputedBuffer):
+    """The result of a ``Scatter`` into ``target``: the target's memory once the scatter has
+    written into it. Its own name makes every reader depend on the scatter; the wrapper
+    binds that name to the target's tensor (no new memory). The target is a buffer made
+    for this scatter alone (a copy of the op's input, or a fill), so nothing else reads it:
+    the scheduler orders the scatter after the target's producer and fuses it with neither
+    that producer nor its own readers (other programs of the kernel write where they read)."""
+    target: Buffer = None
+
+    def body(self, xvars, rvars):
+        data = self.data
+        index = self.layout.index(data.output_indexer(list(xvars) + list(rvars)))
+        ops.store_scatter(self.name, index, data.inner_fn(list(xvars) + list(rvars)), data.mode)
+
+
+def mutate(target: Buffer, scatter: Scatter) -> "TensorBox":
+    """Schedule ``scatter`` to write into ``target``; the value ``target`` holds afterwards."""
+    from .graph import current_graph
+    buffer = MutationBuffer(name=None, layout=target.layout, data=scatter, target=target)
+    current_graph().register_buffer(buffer)
+    return TensorBox(StorageBox(buffer))
 
 
 @dataclass

@@ -13,6 +13,16 @@ eager_graphs             graphs that failed to compile and run eagerly instead (
 symbolic_graphs          graphs compiled once with symbolic sizes (serving every size)
 static_specializations   per-shape compiles of graphs that could not be compiled symbolically
 cpp_builds / cpp_build_cache_hits   C++ compilations run / skipped thanks to the build cache
+cache_repairs            cache files found damaged (or failing to load), deleted and rebuilt
+triton_compilations      Triton binaries compiled (one per unique kernel source, config and
+                         argument specialization; Triton's on-disk cache may serve them)
+kernel_dedup_hits        generated kernels identical (but for their name) to one defined
+                         earlier in the graph or compiled earlier in the process: no compile
+cudagraph_captures       graphs captured into a CUDA graph (mode="reduce-overhead")
+cudagraph_replays        replays of those graphs
+cudagraph_input_copies   inputs copied into a captured graph's static buffers
+cudagraph_uncaptured_calls   calls of a captured graph that ran without it (logged once per reason)
+cudagraph_skips          {graph id: reason} for graphs that asked for CUDA graphs and run without one
 
 Compiles write these under the process-wide compile lock (compile_lock.py); work that runs
 at call time, in any thread, counts through ``add``.
@@ -40,11 +50,23 @@ symbolic_graphs = 0
 static_specializations = 0
 cpp_builds = 0
 cpp_build_cache_hits = 0
+cache_repairs = 0
+triton_compilations = 0
+kernel_dedup_hits = 0
+cudagraph_captures = 0
+cudagraph_replays = 0
+cudagraph_input_copies = 0
+cudagraph_uncaptured_calls = 0
+cudagraph_skips: dict = {}
 
 
 def reset() -> None:
     global generated_kernel_count, fused_node_count, graph_cache_hits, cpp_builds, cpp_build_cache_hits
-    global eager_graphs, direct_inference_graphs, symbolic_graphs, static_specializations
+    global eager_graphs, direct_inference_graphs, symbolic_graphs, static_specializations, cache_repairs
+    global triton_compilations, kernel_dedup_hits
+    global cudagraph_captures, cudagraph_replays, cudagraph_input_copies, cudagraph_uncaptured_calls
+    cudagraph_captures = cudagraph_replays = cudagraph_input_copies = cudagraph_uncaptured_calls = 0
+    cudagraph_skips.clear()
     generated_kernel_count = 0
     symbolic_graphs = 0
     static_specializations = 0
@@ -54,6 +76,9 @@ def reset() -> None:
     graph_cache_hits = 0
     cpp_builds = 0
     cpp_build_cache_hits = 0
+    cache_repairs = 0
+    triton_compilations = 0
+    kernel_dedup_hits = 0
     generated_kernels.clear()
     cached_kernels.clear()
     fallbacks.clear()

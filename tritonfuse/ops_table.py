@@ -38,6 +38,10 @@ PRIMITIVES = {
     **_specs(BOOL, 1, "isnan logical_not"),
     **_specs(BOOL, 2, "eq ne lt le gt ge logical_and logical_or"),
     "where": OpSpec("where", 3, SAME),
+    # math beyond the basics (lowering/pointwise_math.py): floating point operands only
+    **_specs(SAME, 1, "asin acos atan sinh cosh asinh acosh atanh log10 erfc erfcx lgamma"),
+    **_specs(SAME, 2, "atan2 hypot copysign nextafter"),
+    **_specs(BOOL, 1, "signbit"),
     # special forms, handled by every backend explicitly
     "constant": OpSpec("constant", 2, ARG),     # (value, dtype)
     "index_expr": OpSpec("index_expr", 2, ARG),  # (sympy expr, dtype)
@@ -48,6 +52,9 @@ PRIMITIVES = {
     "store_reduction": OpSpec("store_reduction", 3, ARG),
     "indirect_indexing": OpSpec("indirect_indexing", 2, ARG),  # (value, size) -> sympy symbol
     "masked": OpSpec("masked", 3, ARG),          # (mask, body_fn, other)
+    # ---- indirect writes and scans (lowering/indexing.py, lowering/scan.py) ----
+    "store_scatter": OpSpec("store_scatter", 4, ARG),  # (buffer name, sympy index, value, mode in SCATTER_MODES)
+    "scan": OpSpec("scan", 3, ARG),              # (dtype, scan_type in SCAN_TYPES, value) -> the running value
 }
 
 # welford_mean / welford_m2: the mean and the sum of squared deviations of the values,
@@ -59,6 +66,13 @@ REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all"
 
 REDUCTION_IDENTITY = {"sum": 0, "prod": 1, "any": False, "all": True}
 
+# How store_scatter combines a value with the element it lands on: None overwrites it.
+SCATTER_MODES = (None, "sum", "prod", "max", "min")
+# The combine ops of inclusive scans; logaddexp is log(exp(a) + exp(b)) (logcumsumexp);
+# argmax/argmin give the position of the running max/min along the scanned dim (int64;
+# a NaN always takes over, a later equal value wins: cummax/cummin's indices).
+SCAN_TYPES = ("sum", "prod", "logaddexp", "max", "min", "argmax", "argmin")
+
 
 def reduction_identity(reduction_type, dtype):
     """The value a reduction starts from (and fills masked lanes with)."""
@@ -68,6 +82,8 @@ def reduction_identity(reduction_type, dtype):
         return float("-inf") if dtype.is_floating_point else torch.iinfo(dtype).min
     if reduction_type in ("min", "argmin"):
         return float("inf") if dtype.is_floating_point else torch.iinfo(dtype).max
+    if reduction_type == "logaddexp":
+        return float("-inf")
     raise ValueError(f"no identity for reduction {reduction_type!r}")
 
 

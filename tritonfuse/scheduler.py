@@ -6,6 +6,11 @@ Kernel groups. Every computed buffer iterates an x domain (kept dims) and an r d
 (reduced dims, empty for pointwise). A fused kernel has one group ``(device, X, R)``:
 reductions over X rows of R elements, pointwise nodes over all X*R elements (split into
 x and r parts) and "x-only" pointwise nodes over the X rows (epilogues of reductions).
+A scan is grouped like a reduction over the dim it scans (it stores every element).
+
+Mutations. A scatter (``ir.MutationBuffer``) writes into a buffer made for it alone: it
+depends on that buffer's producer, and fuses with neither that producer nor a reader of
+its result (``_mutation_fusion_ok``).
 
 Template nodes. A buffer computed by a kernel template (a GEMM under max-autotune) is a
 node whose group may absorb pointwise consumers of its output, which the template then
@@ -21,7 +26,7 @@ import torch
 
 from . import config, metrics, sym
 from .dependencies import extract_deps, flat_x_form, split_sizes
-from .ir import ComputedBuffer, FallbackKernel, TemplateBuffer
+from .ir import ComputedBuffer, FallbackKernel, MutationBuffer, TemplateBuffer
 
 log = logging.getLogger("tritonfuse.scheduler")
 
@@ -42,19 +47,26 @@ class SchedulerNode:
         self.device = buffer.get_device()
         reads, _ = extract_deps(buffer, self.x_sizes, self.r_sizes)
         self.read_names = {dep.name for dep in reads}
+        # the buffer a scatter writes into: a dependency, though the kernel never loads it
+        self.mutated_name = buffer.target.name if isinstance(buffer, MutationBuffer) else None
+        if self.mutated_name is not None:
+            self.read_names.add(self.mutated_name)
         self.origins = tuple(buffer.data.origins)
         self.is_template = isinstance(buffer, TemplateBuffer)
 
     def is_reduction(self) -> bool:
         return self.buffer.is_reduction()
 
+    def is_scan(self) -> bool:
+        return self.buffer.is_scan()
+
     def sizes_in_group(self, x_numel, r_numel):
         """This node's (x sizes, r sizes, kind) inside a kernel of group (X, R), or None.
-        kind is "reduction", "xr" (pointwise over rows and columns) or "x" (over rows).
+        kind is "reduction", "scan", "xr" (pointwise over rows and columns) or "x" (over rows).
         Sizes are sympy expressions (symbolic under dynamic shapes)."""
-        if self.is_reduction():
+        if self.is_reduction() or self.is_scan():
             if sym.same_size(sym.product(self.x_sizes), x_numel) and sym.same_size(sym.product(self.r_sizes), r_numel):
-                return self.x_sizes, self.r_sizes, "reduction"
+                return self.x_sizes, self.r_sizes, "scan" if self.is_scan() else "reduction"
             return None
         numel = sym.product(self.x_sizes)
         if r_numel == 1:
@@ -100,7 +112,7 @@ class FusedNode:
         return min(n.position for n in self.nodes)
 
     def is_reduction(self):
-        return self.r_numel != 1 or any(n.is_reduction() for n in self.nodes)
+        return self.r_numel != 1 or any(n.is_reduction() or n.is_scan() for n in self.nodes)
 
     def is_empty(self) -> bool:
         return self.x_numel * self.r_numel == 0
@@ -247,6 +259,8 @@ class Scheduler:
         merged = FusedNode(a.nodes + b.nodes, a.device, x_numel, r_numel, a.names | b.names)
         if any(n.sizes_in_group(x_numel, r_numel) is None for n in merged.nodes):
             return None
+        if not self._mutation_fusion_ok(merged):
+            return None
         if not self._dependencies_line_up(merged):
             return None
         backend = self.backend_for_device(a.device)
@@ -257,10 +271,11 @@ class Scheduler:
 
     @staticmethod
     def _is_epilogue(template: FusedNode, other: FusedNode) -> bool:
-        """Whether ``other`` may join ``template``'s group as epilogue: pointwise, reading
-        what the group writes, writing nothing the template group reads (no prologue),
-        and holding no template of its own."""
+        """Whether ``other`` may join ``template``'s group as epilogue: pointwise (no scan,
+        no scatter), reading what the group writes, writing nothing the template group
+        reads (no prologue), and holding no template of its own."""
         return (template.template is not None and other.template is None and not other.is_reduction()
+                and all(n.mutated_name is None for n in other.nodes)
                 and bool(template.names & other.read_names()) and not (other.names & template.read_names()))
 
     @staticmethod
@@ -297,6 +312,21 @@ class Scheduler:
         return True
 
     @staticmethod
+    def _mutation_fusion_ok(merged: FusedNode) -> bool:
+        """A scatter may share a kernel with the producers of what it writes and with nodes
+        that share its reads, never with the producer of the buffer it writes into (that
+        must be complete first) nor with a reader of its result (other programs are still
+        writing it)."""
+        for node in merged.nodes:
+            if node.mutated_name is None:
+                continue
+            if node.mutated_name in merged.names:
+                return False
+            if any(node.name in other.read_names for other in merged.nodes if other is not node):
+                return False
+        return True
+
+    @staticmethod
     def _same_element(dep, write) -> bool:
         if dep.x_sizes == write.x_sizes:
             return dep.index == write.index
@@ -326,15 +356,18 @@ class Scheduler:
 
     def internal_buffers(self, group: FusedNode):
         """Buffers produced and consumed only inside ``group``: never allocated."""
-        internal = set()
-        for name in group.names:
-            if name in self.output_names:
-                continue
-            readers = [g for g in self.groups if g is not group and name in
-                       (g.read_names() if isinstance(g, FusedNode) else g.read_names)]
-            if not readers:
-                internal.add(name)
-        return internal
+        readers = self._readers()
+        return {name for name in group.names
+                if name not in self.output_names and not readers.get(name, set()) - {id(group)}}
+
+    def _readers(self):
+        """{buffer name: ids of the groups that read it} (the groups are final by now)."""
+        if getattr(self, "_readers_cache", None) is None:
+            self._readers_cache = {}
+            for group in self.groups:
+                for name in (group.read_names() if isinstance(group, FusedNode) else group.read_names):
+                    self._readers_cache.setdefault(name, set()).add(id(group))
+        return self._readers_cache
 
     def last_uses(self):
         """{buffer name: index of the last group that reads or writes it}."""

@@ -244,12 +244,13 @@ def size_symbols(expr) -> set:
 
 
 def is_size_symbol(symbol) -> bool:
-    """Dynamo's symbols: sizes s0, s77, unbacked ints u0, floats zf0 / zuf0. Loop variables
+    """Dynamo's symbols: sizes s0, s77, unbacked ints u0, floats zf0 / zuf0; and the values of
+    0-d CPU inputs that a graph on a GPU reads on the host, zh0 / uh0. Loop variables
     are x*, r*, y*, and code generators name their own values otherwise."""
     return _SIZE_SYMBOL.fullmatch(symbol.name) is not None
 
 
-_SIZE_SYMBOL = re.compile(r"(s|u|zf|zuf)\d+")
+_SIZE_SYMBOL = re.compile(r"(s|u|uh|zf|zuf|zh)\d+")
 
 
 def product(items) -> sympy.Expr:

@@ -272,4 +272,28 @@ TF_INLINE Welford<T> welford_finish(WelfordAcc<T> acc) {
     return welford_combine(welford_reduce_lanes(acc.lanes), acc.tail);
 }
 
+// ---- scans ---------------------------------------------------------------------------
+// logcumsumexp's combine, log(exp(a) + exp(b)) as eager computes it: NaN propagates and
+// two equal infinities give that infinity (not inf - inf).
+template <typename T>
+TF_INLINE std::enable_if_t<std::is_floating_point_v<T>, T> scan_logaddexp(T a, T b) {
+    const T hi = maximum(a, b), lo = minimum(a, b);
+    if (lo == hi && isinf(hi)) return hi;
+    return hi + std::log1p(std::exp(lo - hi));
+}
+
+template <typename T>
+TF_INLINE Vec<T> scan_logaddexp(const Vec<T>& a, const Vec<T>& b) {
+    const Vec<T> hi = maximum(a, b), lo = minimum(a, b);
+    return where((lo == hi) & isinf(hi), hi, hi + log1p(exp(lo - hi)));
+}
+
+// cummax/cummin's indices: whether `v` takes over the running extremum `acc` (a NaN always
+// does, a later equal value wins), for scalars and vectors alike.
+template <typename T>
+TF_INLINE auto scan_takes_max(const T& acc, const T& v) { return isnan(v) || (!isnan(acc) && v >= acc); }
+
+template <typename T>
+TF_INLINE auto scan_takes_min(const T& acc, const T& v) { return isnan(v) || (!isnan(acc) && v <= acc); }
+
 }  // namespace tf

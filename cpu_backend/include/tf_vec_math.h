@@ -343,8 +343,7 @@ TF_INLINE vf sigmoid_ps(vf x) {
 // erf: |x| < 0.875: x + x Q(x^2); 0.875 <= |x| < 3.95: 1 - exp(R(|x|)) with
 // R ~ log(erfc(|x|)); beyond, erf rounds to +-1. Q and R are least-squares minimax fits
 // made for this header (R's absolute error < 1.1e-8, so erfc is good to ~1e-8 relative).
-TF_INLINE vf erf_ps(vf x) {
-    const vf ax = vabs(x);
+TF_INLINE vf erf_small_ps(vf x) {  // |x| < 0.875
     const vf s = x * x;
     vf q = splat(8.712057752e-05f);
     q = vfma(q, s, -8.216130664e-04f);
@@ -353,7 +352,9 @@ TF_INLINE vf erf_ps(vf x) {
     q = vfma(q, s, 1.128372774e-01f);
     q = vfma(q, s, -3.761263490e-01f);
     q = vfma(q, s, 1.283791661e-01f);
-    const vf small = vfma(x, q, x);
+    return vfma(x, q, x);
+}
+TF_INLINE vf erfc_log_ps(vf ax) {  // log(erfc(|x|)) for 0.875 <= |x| < 3.95 (clamped above)
     const vf a = vclamp_hi(ax, 3.95f);
     vf rr = splat(1.614662665e-06f);
     rr = vfma(rr, a, -4.558802902e-05f);
@@ -363,9 +364,12 @@ TF_INLINE vf erf_ps(vf x) {
     rr = vfma(rr, a, -1.099655852e-01f);
     rr = vfma(rr, a, -6.319538355e-01f);
     rr = vfma(rr, a, -1.130154967e+00f);
-    rr = vfma(rr, a, 2.998567361e-04f);
-    const vf big = vcopysign(1.0f - exp_ps(rr), x);
-    return vselect(ax < 0.875f, small, vselect(x != x, x, big));
+    return vfma(rr, a, 2.998567361e-04f);
+}
+TF_INLINE vf erf_ps(vf x) {
+    const vf ax = vabs(x);
+    const vf big = vcopysign(1.0f - exp_ps(erfc_log_ps(ax)), x);
+    return vselect(ax < 0.875f, erf_small_ps(x), vselect(x != x, x, big));
 }
 
 // ---- sin, cos ------------------------------------------------------------------------
@@ -669,26 +673,10 @@ TF_INLINE IntVec<T> fmod(const Vec<T>& a, const detail::id_t<Vec<T>>& b) { retur
     TF_INLINE float NAME(float x) { return std::NAME(x); }                             \
     TF_INLINE double NAME(double x) { return std::NAME(x); }
 TF_VEC_LIBM_FALLBACK(tan)
-TF_VEC_LIBM_FALLBACK(asin)
-TF_VEC_LIBM_FALLBACK(acos)
-TF_VEC_LIBM_FALLBACK(atan)
-TF_VEC_LIBM_FALLBACK(sinh)
-TF_VEC_LIBM_FALLBACK(cosh)
-TF_VEC_LIBM_FALLBACK(asinh)
-TF_VEC_LIBM_FALLBACK(acosh)
-TF_VEC_LIBM_FALLBACK(atanh)
-TF_VEC_LIBM_FALLBACK(erfc)
 TF_VEC_LIBM_FALLBACK(lgamma)
 TF_VEC_LIBM_FALLBACK(cbrt)
 #undef TF_VEC_LIBM_FALLBACK
-TF_INLINE Vec<float> atan2(const Vec<float>& y, const Vec<float>& x) {
-    return detail::map_lanes(y, x, [](float a, float b) { return std::atan2(a, b); });
-}
-TF_INLINE Vec<double> atan2(const Vec<double>& y, const Vec<double>& x) {
-    return detail::map_lanes(y, x, [](double a, double b) { return std::atan2(a, b); });
-}
-TF_INLINE float atan2(float y, float x) { return std::atan2(y, x); }
-TF_INLINE double atan2(double y, double x) { return std::atan2(y, x); }
+// (inverse trigonometric and hyperbolic functions, erfc, atan2, hypot: tf_vec_special.h)
 
 // ---------------------------------------------------------------------------------------
 // Scalar overloads (same names, same semantics) for scalar loops and reductions.

@@ -13,7 +13,9 @@
 //                    operators, comparisons, where, convert<U>, bitcast<U>
 //   tf_vec_math.h    exp exp2 expm1 log log2 log10 log1p sqrt rsqrt tanh sigmoid erf sin cos
 //                    pow fmod abs floor ceil trunc round maximum minimum sign reciprocal
-//                    isnan isinf isfinite copysign (+ per-lane libm fallbacks: tan atan ...)
+//                    isnan isinf isfinite copysign (+ per-lane libm fallbacks: tan lgamma cbrt)
+//   tf_vec_special.h asin acos atan atan2 sinh cosh asinh acosh atanh erfc hypot (vectorized),
+//                    erfcx nextafter signbit
 //   tf_vec_half.h    bf16 / fp16 <-> float, scalar and vector
 //   tf_vec_reduce.h  reduce_add/mul/max/min/any/all, Welford, ArgAcc (argmax/argmin)
 //   tf_int.h         integer ops with eager's semantics: wrap, shifts, checked division
@@ -23,6 +25,7 @@
 
 #include "tf_vec_core.h"
 #include "tf_vec_math.h"
+#include "tf_vec_special.h"
 #include "tf_vec_half.h"
 #include "tf_vec_reduce.h"
 #include "tf_int.h"

@@ -13,6 +13,11 @@ class BackendScheduling:
     two_pass_variance_max_row = 0
     # Lower sum(exp(x - amax(x))) as one online "sumexp" reduction (see patterns.py).
     online_softmax = False
+    # Indirect writes (ops.store_scatter) that combine with the element, by mode: the
+    # dtypes the backend does (plain stores take every dtype). Lowering falls back for
+    # the others. deterministic_scatter: float sums come out the same on every run.
+    scatter_dtypes = {}
+    deterministic_scatter = True
 
     def __init__(self, scheduler, wrapper, graph):
         self.scheduler = scheduler

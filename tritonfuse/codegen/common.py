@@ -9,6 +9,15 @@ from sympy.printing.str import StrPrinter
 
 from ..sym import FloorDiv, ModularIndexing
 
+# Backends render a kernel under this name first, so that kernels identical but for the
+# name compare equal (the wrapper then defines them once); `name_kernel` names it.
+KERNEL_NAME_PLACEHOLDER = "KERNEL_NAME"
+
+
+def name_kernel(template: str, name: str) -> str:
+    """The kernel source `template`, rendered as KERNEL_NAME_PLACEHOLDER, called `name`."""
+    return template.replace(KERNEL_NAME_PLACEHOLDER, name)
+
 
 class IndentedBuffer:
     def __init__(self, indent: int = 0):
@@ -72,13 +81,22 @@ class CSE:
         return var
 
 class KernelArgs:
-    """Maps buffer names to kernel parameter names: in_ptr0.., out_ptr0.., in_out_ptr0.."""
+    """Maps buffer names to kernel parameter names: in_ptr0.. (read), out_ptr0.. (written),
+    in_out_ptr0.. (an output written in place over an input that dies in this kernel: one
+    pointer, read and written, passed as the output's name).
 
-    def __init__(self):
+    ``in_place``: {output buffer: the input buffer whose memory it takes} (memory_planning)."""
+
+    def __init__(self, in_place=None):
         self.inputs = {}
         self.outputs = {}
+        self.in_outs = {}     # output buffer -> parameter
+        self.in_place = dict(in_place or {})
+        self._over = {source: output for output, source in self.in_place.items()}
 
     def input(self, name: str) -> str:
+        if name in self._over or name in self.in_place:
+            return self._in_out(self._over.get(name, name))
         if name in self.outputs:
             return self.outputs[name]
         if name not in self.inputs:
@@ -86,13 +104,26 @@ class KernelArgs:
         return self.inputs[name]
 
     def output(self, name: str) -> str:
+        if name in self.in_place:
+            return self._in_out(name)
         if name not in self.outputs:
             self.outputs[name] = f"out_ptr{len(self.outputs)}"
         return self.outputs[name]
 
+    def _in_out(self, output: str) -> str:
+        if output not in self.in_outs:
+            self.in_outs[output] = f"in_out_ptr{len(self.in_outs)}"
+        return self.in_outs[output]
+
     def call_order(self):
-        """[(parameter name, buffer name)] in signature order."""
-        return [(p, b) for b, p in self.inputs.items()] + [(p, b) for b, p in self.outputs.items()]
+        """[(parameter name, buffer name)] in signature order: in_out, in, out."""
+        return [(p, b) for b, p in self.in_outs.items()] + [(p, b) for b, p in self.inputs.items()] + \
+            [(p, b) for b, p in self.outputs.items()]
+
+    def written_positions(self):
+        """Positions in ``call_order`` of the parameters the kernel writes."""
+        written = len(self.in_outs) + len(self.inputs)
+        return list(range(len(self.in_outs))) + list(range(written, written + len(self.outputs)))
 
 
 class IndexPrinter(StrPrinter):

@@ -45,51 +45,51 @@ def _register_defaults():
 _register_defaults()
 
 
-def prefers_materialized_reuse(device_type: str) -> bool:
-    """Whether the backend for ``device_type`` would rather keep a costly value that
-    several consumers read (in a local buffer) than recompute it for each."""
+def _backend_attribute(device_type: str, name: str, default):
+    """A class attribute of the backend for ``device_type`` (``default`` if none is registered)."""
     try:
         cls = get_scheduling_class(device_type)
     except KeyError:
-        return False
-    return getattr(cls, "materialize_expensive_reuse", False)
+        return default
+    return getattr(cls, name, default)
+
+
+def prefers_materialized_reuse(device_type: str) -> bool:
+    """Whether the backend for ``device_type`` would rather keep a costly value that
+    several consumers read (in a local buffer) than recompute it for each."""
+    return _backend_attribute(device_type, "materialize_expensive_reuse", False)
 
 
 def two_pass_variance_max_row(device_type: str) -> int:
     """Rows up to this many elements get var/mean in two passes (mean, then squared
     deviations) rather than one Welford pass: cheaper when the row stays in cache."""
-    try:
-        cls = get_scheduling_class(device_type)
-    except KeyError:
-        return 0
-    return getattr(cls, "two_pass_variance_max_row", 0)
+    return _backend_attribute(device_type, "two_pass_variance_max_row", 0)
 
 
 def prefers_online_softmax(device_type: str) -> bool:
     """Whether sum(exp(x - amax(x))) should become one online "sumexp" reduction."""
-    try:
-        cls = get_scheduling_class(device_type)
-    except KeyError:
-        return False
-    return getattr(cls, "online_softmax", False)
+    return _backend_attribute(device_type, "online_softmax", False)
 
 
 def split_reduction_target(device) -> int:
     """How many programs the backend for ``device`` wants in flight: a reduction with
     fewer outputs than that is split in two (lowering/split_reduction.py). 0: never."""
-    try:
-        cls = get_scheduling_class(device.type)
-    except KeyError:
-        return 0
-    target = getattr(cls, "split_reduction_target", None)
+    target = _backend_attribute(device.type, "split_reduction_target", None)
     return target(device) if target is not None else 0
+
+
+def scatter_dtypes(device_type: str, mode: str) -> set:
+    """The dtypes the backend for ``device_type`` can combine into an element indirectly
+    with ``mode`` (an ops_table.SCATTER_MODES entry other than None)."""
+    return set(_backend_attribute(device_type, "scatter_dtypes", {}).get(mode, ()))
+
+
+def deterministic_scatter(device_type: str) -> bool:
+    """Whether indirect float sums on this device come out the same on every run."""
+    return _backend_attribute(device_type, "deterministic_scatter", False)
 
 
 def matmul_choice(device_type: str):
     """The GEMM template of the backend for ``device_type`` and its choice against aten
     (``MatmulChoice``), or None: that backend's matmuls run as aten calls."""
-    try:
-        cls = get_scheduling_class(device_type)
-    except KeyError:
-        return None
-    return getattr(cls, "matmul_choice", None)
+    return _backend_attribute(device_type, "matmul_choice", None)

@@ -1,20 +1,31 @@
 """WrapperCodeGen: the generated host code of one compiled graph.
 
 It is a Python module with the kernels defined at the top and one ``call(args)``
-function that allocates buffers (empty_strided), launches kernels, calls fallbacks,
-frees each buffer after its last use and returns the outputs with eager's layouts.
+function that allocates buffers (empty_strided) or takes over dead ones as the memory
+plan says (memory_planning.py), launches kernels, calls fallbacks, frees each buffer
+after its last use and returns the outputs with eager's layouts.
 """
 import math
 
 import sympy
 import torch
 
-from ..ir import Buffer, ReinterpretView
+from .. import metrics, sym
+from ..ir import Buffer, MutationBuffer, ReinterpretView
+from ..runtime.heuristics import Config
 from .common import IndentedBuffer, pexpr
+from .memory_planning import MemoryPlan
 
 
 def _shape(values):
     return "(" + "".join(f"{pexpr(v)}, " for v in values) + ")"
+
+
+def op_reference(op) -> str:
+    """Python source naming an aten op or a higher-order op (``with_effects``)."""
+    if isinstance(op, torch._ops.HigherOrderOperator):
+        return f"torch.ops.higher_order.{op.name()}"
+    return f"torch.ops.{op}"
 
 
 def py_literal(value) -> str:
@@ -38,11 +49,25 @@ def py_literal(value) -> str:
         return f"torch.device({str(value)!r})"
     if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
         return str(value)
-    if isinstance(value, (bool, int, str)) or value is None:
+    if isinstance(value, (bool, int, str, complex)) or value is None:
         return repr(value)
+    if isinstance(value, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)):
+        return op_reference(value)   # with_effects(token, op, *args) takes the op it runs
     if isinstance(value, sympy.Basic):
         return pexpr(value)
     raise NotImplementedError(f"cannot pass {type(value).__name__} to a fallback")
+
+
+def _launcher_literal(value) -> str:
+    """Python source for a launcher argument: launch configs, dtypes, plain values."""
+    if isinstance(value, Config):
+        return f"Config.from_dict({value.to_dict()!r})"
+    if isinstance(value, torch.dtype):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        inner = "".join(f"{_launcher_literal(v)}, " for v in value)
+        return f"[{inner.rstrip(', ')}]" if isinstance(value, list) else f"({inner})"
+    return repr(value)
 
 
 class WrapperCodeGen:
@@ -50,10 +75,13 @@ class WrapperCodeGen:
         self.graph = graph
         self.kernel_defs = IndentedBuffer()
         self.body = IndentedBuffer(1)
-        self.kernel_sources = []
+        self.kernel_sources = []       # each kernel defined, once
+        self.kernel_names = []         # their names, in the same order
+        self.kernel_by_identity = {}   # what makes a kernel the same as another -> its name
         self.kernel_count = 0
         self.allocated = set()
         self.module_imports = set()
+        self.memory_plan = MemoryPlan()   # set by the compile pipeline before code generation
 
     # ---- used by backends -------------------------------------------------------------
     def kernel_name(self, prefix, origins) -> str:
@@ -65,33 +93,50 @@ class WrapperCodeGen:
     def writeline(self, line: str):
         self.body.writeline(line)
 
-    def add_kernel_source(self, source: str):
+    def add_kernel_source(self, source: str, name: str):
         self.kernel_sources.append(source)
+        self.kernel_names.append(name)
 
-    def define_triton_kernel(self, name, source, kind, numels, configs, mutated, device_type, hint,
-                             persistent_source=None):
-        self.add_kernel_source(source)
-        if persistent_source is not None:
-            self.add_kernel_source(persistent_source)
-        configs_text = ", ".join(f"Config.from_dict({c.to_dict()!r})" for c in configs or ())
-        launcher = "TritonLauncher" if numels is not None else "DynamicTritonLauncher"
-        self.kernel_defs.writeline(f"{name} = {launcher}(")
+    def define_kernel_once(self, identity, prefix, origins):
+        """(name, new): the name of the kernel that `identity` (its source but the name,
+        and whatever else its definition holds) stands for; new if it is the first of its
+        kind in this graph. Identical kernels, such as one per transformer layer, are
+        defined once and called at each place."""
+        name = self.kernel_by_identity.get(identity)
+        if name is not None:
+            metrics.kernel_dedup_hits += 1
+            return name, False
+        name = self.kernel_by_identity[identity] = self.kernel_name(prefix, origins)
+        return name, True
+
+    def define_triton_kernel(self, kernel):
+        """(name, new) for a rendered `TritonKernelDefinition`; the first of its kind gets
+        a launcher in the module's kernel section."""
+        name, new = self.define_kernel_once(kernel.identity(), kernel.prefix, kernel.origins)
+        if not new:
+            return name, False
+        arguments = kernel.launcher_arguments(name)
+        self.add_kernel_source(arguments["source"], name)
+        if "persistent_source" in arguments:   # the form for rows that fit in registers
+            self.add_kernel_source(arguments["persistent_source"], f"{name}_persistent")
+        self.kernel_defs.writeline(f"{name} = {kernel.launcher_class}(")
         with self.kernel_defs.indent():
-            self.kernel_defs.writeline(f"name={name!r}, kind={kind!r}, numels={numels!r}, "
-                                       f"mutated_arg_indices={mutated!r}, device_type={device_type!r},")
-            configs_arg = f"[{configs_text}]" if configs is not None else "None"
-            self.kernel_defs.writeline(f"reduction_hint={hint!r}, configs={configs_arg},")
-            if persistent_source is not None:   # the form for rows that fit in registers
-                self.kernel_defs.writeline("persistent_source='''")
-                self._source_lines(persistent_source)
-                self.kernel_defs.lines.append("''',")
-            self.kernel_defs.writeline("source='''")
-        self._source_lines(source)
-        self.kernel_defs.lines.append("''')")
+            for key, value in arguments.items():
+                if key.endswith("source"):   # the string is `value` exactly (see _source_lines)
+                    self.kernel_defs.writeline(f"{key}='''\\")
+                    self._source_lines(value)
+                    self.kernel_defs.lines.append("''',")
+                else:
+                    self.kernel_defs.writeline(f"{key}={_launcher_literal(value)},")
+        self.kernel_defs.writeline(")")
         self.kernel_defs.writeline("")
         self.module_imports.add("triton")
+        return name, True
 
     def _source_lines(self, source):
+        """`source` as the lines of a triple-quoted string that a line ending in a backslash
+        opens: the string equals `source` if it ends in one newline and no other space
+        (kernel definitions make them so: compiles are keyed by the exact text)."""
         for line in source.rstrip().splitlines():
             self.kernel_defs.lines.append(line.replace("\\", "\\\\").replace("'''", "\\'\\'\\'"))
 
@@ -103,8 +148,21 @@ class WrapperCodeGen:
         if buffer.name in self.allocated:
             return
         self.allocated.add(buffer.name)
+        if isinstance(buffer, MutationBuffer):   # a scatter writes into its target's memory
+            self.writeline(f"{buffer.name} = {buffer.target.name}  # written in place")
+            return
         layout = buffer.layout
         size, stride = _shape(layout.size), _shape(layout.stride)
+        if buffer.name in self.memory_plan.takes:
+            kind, source = self.memory_plan.takes[buffer.name]
+            self.allocated.discard(source)
+            old = self.graph.name_to_buffer[source].layout
+            if sym.same_sizes(old.size, layout.size) and sym.same_sizes(old.stride, layout.stride):
+                self.writeline(f"{buffer.name} = {source}; del {source}  # {kind}")
+            else:
+                self.writeline(f"{buffer.name} = reinterpret_tensor({source}, {size}, {stride}, 0); "
+                               f"del {source}  # {kind}")
+            return
         if layout.device.type == "cpu":
             self.writeline(f"{buffer.name} = empty_strided_cpu({size}, {stride}, {layout.dtype})")
         else:
@@ -121,7 +179,7 @@ class WrapperCodeGen:
         kernel = node.kernel
         args = ", ".join(py_literal(a) for a in kernel.args)
         kwargs = ", ".join(f"{k}={py_literal(v)}" for k, v in kernel.kwargs.items())
-        call = f"torch.ops.{kernel.op}({', '.join(p for p in (args, kwargs) if p)})"
+        call = f"{op_reference(kernel.op)}({', '.join(p for p in (args, kwargs) if p)})"
         self.writeline(f"# fallback: {kernel.op} ({kernel.reason})")
         results = [(out.name, out.path) for out in kernel.outputs] + \
                   [(str(symbol), path) for symbol, path in kernel.scalar_outputs]
@@ -139,13 +197,15 @@ class WrapperCodeGen:
         for out in kernel.outputs:
             self.allocated.add(out.name)
 
-    def codegen_aten_call(self, output_name, op, args, kwargs, reason):
-        """``output_name = op(*args, **kwargs)``: an aten op (``aten.mm.default``) whose one
-        result is a buffer, with a comment saying why it runs on aten."""
+    def codegen_aten_call(self, buffer, op, args, kwargs, reason):
+        """``op(*args, **kwargs)`` written into ``buffer`` (allocated as the memory plan
+        says) through the op's out= overload: an aten op (``aten.mm.default``) with one
+        tensor result, with a comment saying why it runs on aten."""
         arguments = [py_literal(a) for a in args] + [f"{k}={py_literal(v)}" for k, v in kwargs.items()]
         self.writeline(f"# aten: {op} ({reason})")
-        self.writeline(f"{output_name} = torch.ops.{op}({', '.join(arguments)})")
-        self.allocated.add(output_name)
+        self.allocate(buffer)
+        out_overload = f"torch.ops.aten.{op.overloadpacket.__name__}.out"
+        self.writeline(f"{out_overload}({', '.join(arguments + [f'out={buffer.name}'])})")
 
     def free(self, names):
         names = sorted(n for n in names if n in self.allocated)
@@ -161,7 +221,8 @@ class WrapperCodeGen:
                        "reinterpret_tensor")
         if "triton" in self.module_imports:
             code.writeline("from tritonfuse.runtime.heuristics import Config")
-            code.writeline("from tritonfuse.runtime.triton_launcher import DynamicTritonLauncher, TritonLauncher")
+            code.writeline("from tritonfuse.runtime.dynamic_launcher import DynamicTritonLauncher")
+            code.writeline("from tritonfuse.runtime.triton_launcher import TritonLauncher")
         code.writeline("")
         code.splice(self.kernel_defs)
         code.writeline("")

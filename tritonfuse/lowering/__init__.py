@@ -1,5 +1,7 @@
 """aten -> IR lowerings. Importing this package registers every lowering."""
-from . import matmul, pointwise, reductions, tensor_ops, views  # noqa: F401  (registration side effects)
+from . import (  # noqa: F401  (registration side effects)
+    indexing, layout, matmul, pointwise, pointwise_math, pooling, reductions, scan, tensor_ops, views,
+)
 from .registry import Unsupported, lowerings
 
 __all__ = ["Unsupported", "lowerings"]

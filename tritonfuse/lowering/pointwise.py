@@ -50,6 +50,7 @@ for _name in ("exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "
 register_pointwise(aten.neg, _unary("neg"))
 register_pointwise(aten.abs, lambda x, dtype: x if dtype == torch.bool else ops.abs(x))
 register_pointwise(aten.sign, ops_table.sign)
+register_pointwise(aten.sgn, ops_table.sign)   # complex tensors decline (dtype) and fall back
 register_pointwise(aten.relu, ops_table.relu)
 register_pointwise(aten.maximum, _binary("maximum"))
 register_pointwise(aten.minimum, _binary("minimum"))
@@ -67,6 +68,18 @@ for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
 register_pointwise(aten.isnan, lambda x, dtype: ops.isnan(x) if dtype.is_floating_point else ops.ne(x, x), ALWAYS_BOOL)
 register_pointwise(aten.isinf, lambda x, dtype: ops_table.isinf(x, dtype) if dtype.is_floating_point
                    else ops.ne(x, x), ALWAYS_BOOL)
+
+
+def _is_infinity(sign):
+    def body(x, dtype):
+        if not dtype.is_floating_point:
+            return ops.ne(x, x)   # integers are never infinite
+        return ops.eq(x, ops.constant(sign * math.inf, dtype))
+    return body
+
+
+register_pointwise(aten.isposinf, _is_infinity(1), ALWAYS_BOOL)
+register_pointwise(aten.isneginf, _is_infinity(-1), ALWAYS_BOOL)
 
 
 def _rounding(op_name):
@@ -129,7 +142,7 @@ def _add_sub(op_name, name, a, b, alpha, compute_dtype, result_dtype):
     return make_pointwise(body, [a, b], compute_dtype, result_dtype, origin=name)
 
 
-@register_lowering(aten.div, broadcast=True)
+@register_lowering(aten.div, aten.true_divide, broadcast=True)
 def div(a, b, rounding_mode=None):
     from .registry import promote_types
     if rounding_mode is None:

@@ -11,19 +11,21 @@ import torch
 from .. import sym
 from ..ir import Pointwise, TensorBox, origins_of
 from ..virtualized import ops
-from .registry import SUPPORTED_DTYPES, Unsupported, aten, register_lowering
+from .registry import SUPPORTED_DTYPES, Unsupported, aten, normalize_dim, register_lowering
 from ..codegen.registry import two_pass_variance_max_row
 from .split_reduction import build_reduction
 from .views import view
 
 
 def _reduction_dims(x, dims):
+    """The dims reduced, sorted. A 0-d tensor has none: reducing it over dim 0 (or -1),
+    as eager allows, reduces its one element."""
     ndim = len(x.get_size())
-    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+    if ndim == 0 or dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
         return list(range(ndim))
     if isinstance(dims, int):
         dims = [dims]
-    return sorted({d + ndim if d < 0 else d for d in dims})
+    return sorted({normalize_dim(d, ndim) for d in dims})
 
 
 def _accumulate_dtype(dtype):
@@ -104,6 +106,23 @@ def sum_(x, dim=None, keepdim=False, dtype=None):
     acc = _accumulate_dtype(source)
     result = make_reduction(x, dim, keepdim, "sum", acc, acc, origin="sum")
     return result if acc == source else _map(result, lambda v: ops.to_dtype(v, source), source, "sum")
+
+
+@register_lowering(aten.nansum)
+def nansum(x, dim=None, keepdim=False, dtype=None):
+    """sum with NaNs counted as zeros."""
+    source = x.get_dtype()
+    if source.is_floating_point:
+        x = _map(x, lambda v: ops.where(ops.isnan(v), ops.constant(0, source), v), source, "nansum")
+    return sum_(x, dim, keepdim, dtype)
+
+
+@register_lowering(aten.count_nonzero)
+def count_nonzero(x, dim=None):
+    source = x.get_dtype()
+    nonzero = _map(x, lambda v: ops.to_dtype(ops.ne(v, ops.constant(0, source)), torch.int64), torch.int64,
+                   "count_nonzero")
+    return sum_(nonzero, dim, False, torch.int64)
 
 
 @register_lowering(aten.prod)

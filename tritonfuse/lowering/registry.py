@@ -37,6 +37,21 @@ class Unsupported(Exception):
     """Raised by a lowering that declines a case: the op then runs as an aten fallback."""
 
 
+def static_sizes(sizes, what):
+    """Sizes as ints, for a case lowered for static shapes only: a symbolic size raises
+    ``Unsupported`` (the op then runs as an aten call; the rest of the graph stays symbolic)."""
+    sizes = [sym.sint(s) for s in sizes]
+    if not all(sym.is_static(s) for s in sizes):
+        raise Unsupported(f"{what} over symbolic sizes {sizes}")
+    return [int(s) for s in sizes]
+
+
+def normalize_dim(dim: int, ndim: int) -> int:
+    """``dim`` as a non-negative index, wrapped as eager wraps it: a 0-d tensor accepts
+    dim 0 and -1 (both give 0, a dim it does not have: callers treat it as size 1)."""
+    return dim + max(ndim, 1) if dim < 0 else dim
+
+
 def _overloads(op):
     if isinstance(op, torch._ops.OpOverloadPacket):
         return [getattr(op, name) for name in op.overloads()]

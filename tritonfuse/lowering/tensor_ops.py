@@ -1,5 +1,5 @@
-"""Lowerings that create, copy, combine or gather tensors: full/arange/iota, clone and
-casts, cat, constant_pad_nd, and the indirect loads (index, gather, embedding)."""
+"""Lowerings that create, copy or combine tensors: full/arange/iota, clone and casts, cat,
+constant_pad_nd. (Indirect loads and writes: indexing.py.)"""
 import sympy
 import torch
 
@@ -23,14 +23,19 @@ def _check_dtype(dtype):
 def _constant_tensor(value, meta):
     _check_dtype(meta.dtype)
     size = sym.sizes_of(meta.shape)
-    return TensorBox.create(Pointwise(meta.device, meta.dtype, lambda idx: ops.constant(value, meta.dtype), size,
+    # (make_loader: the value may be a size or scalar known at run time, e.g. a sym_float)
+    return TensorBox.create(Pointwise(meta.device, meta.dtype, make_loader(value, meta.dtype), size,
                                       origins=("full",)))
 
 
-@register_lowering(aten.full, aten.full_like, aten.new_full)
-def full(*args, **kwargs):
-    fill = kwargs.get("fill_value", args[1] if len(args) > 1 else None)
-    return _constant_tensor(fill, _meta())
+@register_lowering(aten.full, aten.full_like)
+def full(size_or_like, fill_value, **kwargs):
+    return _constant_tensor(fill_value, _meta())
+
+
+@register_lowering(aten.new_full)
+def new_full(x, size, fill_value, **kwargs):
+    return _constant_tensor(fill_value, _meta())
 
 
 @register_lowering(aten.zeros, aten.zeros_like, aten.new_zeros)
@@ -50,8 +55,14 @@ def scalar_tensor(value, **kwargs):
 
 @register_lowering(aten.fill)
 def fill(x, value):
-    if isinstance(value, TensorBox):
-        raise Unsupported("fill with a tensor value")
+    if isinstance(value, TensorBox):   # fill.Tensor: a 0-d tensor's value everywhere
+        if value.get_size():
+            raise Unsupported("fill with a tensor of several elements")
+        meta = _meta()
+        _check_dtype(meta.dtype)
+        loader = make_loader(value, meta.dtype)
+        return TensorBox.create(Pointwise(meta.device, meta.dtype, lambda idx: loader([]),
+                                          sym.sizes_of(meta.shape), origins=("fill",)))
     return _constant_tensor(value, _meta())
 
 
@@ -94,7 +105,7 @@ def _copy_to(x: TensorBox, dtype, origin):
     return TensorBox.create(Pointwise(x.get_device(), dtype, loader, list(x.get_size()), origins=(origin,)))
 
 
-@register_lowering(aten.clone)
+@register_lowering(aten.clone, aten.lift_fresh_copy)
 def clone(x, memory_format=None):
     return _copy_to(x, x.get_dtype(), "clone")
 
@@ -119,15 +130,21 @@ def copy(dst, src, non_blocking=False):
     return _copy_to(src, dst.get_dtype(), "copy")
 
 
-def _in_range(index_value, low, high):
-    """A bool value: low <= index < high, computed from a sympy index (bounds may be symbolic)."""
+def in_range(index_value, low, high):
+    """A bool value: low <= index < high, computed from a sympy index (bounds may be
+    symbolic; a bound that is None is not checked; None when neither is)."""
+    if low is None and high is None:
+        return None
     position = ops.index_expr(index_value, torch.int64)
-    above = ops.ge(position, _int_value(low))
-    below = ops.lt(position, _int_value(high))
+    above = ops.ge(position, int_value(low)) if low is not None else None
+    below = ops.lt(position, int_value(high)) if high is not None else None
+    if above is None or below is None:
+        return below if above is None else above
     return ops.logical_and(above, below)
 
 
-def _int_value(value):
+def int_value(value):
+    """An int64 op value of a size or index (a constant when static)."""
     value = sym.sint(value)
     return ops.constant(int(value), torch.int64) if value.is_Integer else ops.index_expr(value, torch.int64)
 
@@ -160,9 +177,9 @@ def cat(tensors, dim=0):
             def body(load=loaders[k], idx=shifted):
                 return load(idx)
             if result is None:  # the last input takes every index the others don't
-                result = ops.masked(_in_range(index[dim], low, high), body, 0)
+                result = ops.masked(in_range(index[dim], low, high), body, 0)
                 continue
-            inside = _in_range(index[dim], low, high)
+            inside = in_range(index[dim], low, high)
             result = ops.where(inside, ops.masked(inside, body, 0), result)
         return result
     return TensorBox.create(Pointwise(meta.device, dtype, inner_fn, size, origins=("cat",)))
@@ -186,82 +203,9 @@ def constant_pad_nd(x, pad, value=0):
         mask = None
         for d, before in pads:
             source[d] = index[d] - before
-            inside = _in_range(index[d], before, before + size[d])
+            inside = in_range(index[d], before, before + size[d])
             mask = inside if mask is None else ops.logical_and(mask, inside)
         if mask is None:
             return loader(source)
         return ops.masked(mask, lambda: loader(source), value)
     return TensorBox.create(Pointwise(meta.device, dtype, inner_fn, out_size, origins=("constant_pad_nd",)))
-
-
-def _indirect(index_tensor_loader, position, dim_size):
-    value = index_tensor_loader(position)
-    return ops.indirect_indexing(value, dim_size)
-
-
-@register_lowering(aten.index.Tensor)
-def index(x, indices):
-    size = list(x.get_size())
-    meta = _meta()
-    positions = [i for i, t in enumerate(indices) if t is not None]
-    index_tensors = [indices[i] for i in positions]
-    for t in index_tensors:
-        if t.get_dtype() not in (torch.int64, torch.int32):
-            raise Unsupported("boolean mask indexing")
-    index_tensors = broadcast_tensors(*index_tensors)
-    index_shape = list(index_tensors[0].get_size())
-    adjacent = positions == list(range(positions[0], positions[-1] + 1))
-    loaders = [t.make_loader() for t in index_tensors]
-    out_size = sym.sizes_of(meta.shape)
-    n_index = len(index_shape)
-    x_loader = x.make_loader()
-
-    def inner_fn(out_index):
-        out_index = list(out_index)
-        if adjacent:
-            before = positions[0]
-            index_part = out_index[before:before + n_index]
-            rest = out_index[:before] + out_index[before + n_index:]
-        else:
-            index_part = out_index[:n_index]
-            rest = out_index[n_index:]
-        source = []
-        rest_iter = iter(rest)
-        for d in range(len(size)):
-            if d in positions:
-                k = positions.index(d)
-                source.append(_indirect(loaders[k], index_part, size[d]))
-            else:
-                source.append(next(rest_iter))
-        return x_loader(source)
-    return TensorBox.create(Pointwise(meta.device, x.get_dtype(), inner_fn, out_size, origins=("index",)))
-
-
-@register_lowering(aten.gather)
-def gather(x, dim, index_tensor, sparse_grad=False):
-    size = list(x.get_size())
-    dim = dim + len(size) if dim < 0 else dim
-    loader = x.make_loader()
-    index_loader = index_tensor.make_loader()
-
-    def inner_fn(index):
-        source = list(index)
-        source[dim] = _indirect(index_loader, index, size[dim])
-        return loader(source)
-    return TensorBox.create(Pointwise(x.get_device(), x.get_dtype(), inner_fn, list(index_tensor.get_size()),
-                                      origins=("gather",)))
-
-
-@register_lowering(aten.embedding)
-def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    weight_loader = weight.make_loader()
-    index_loader = indices.make_loader()
-    rows = weight.get_size()[0]
-    index_ndim = len(indices.get_size())
-    out_size = list(indices.get_size()) + [weight.get_size()[1]]
-
-    def inner_fn(index):
-        row = _indirect(index_loader, index[:index_ndim], rows)
-        return weight_loader([row, index[index_ndim]])
-    return TensorBox.create(Pointwise(weight.get_device(), weight.get_dtype(), inner_fn, out_size,
-                                      origins=("embedding",)))

@@ -6,11 +6,7 @@ import torch
 
 from .. import sym
 from ..ir import GenericView, InputBuffer, Layout, ReinterpretView, TensorBox, buffer_of, realize, strided_layout_of
-from .registry import Unsupported, aten, expand, register_lowering
-
-
-def _normalize_dim(dim, ndim):
-    return dim + ndim if dim < 0 else dim
+from .registry import Unsupported, aten, expand, normalize_dim, register_lowering
 
 
 def _with_strides(layout, size, stride, offset):
@@ -40,7 +36,7 @@ def expand_(x, size, implicit=False):
 
 @register_lowering(aten.permute)
 def permute(x, dims):
-    dims = [_normalize_dim(d, len(x.get_size())) for d in dims]
+    dims = [normalize_dim(d, len(x.get_size())) for d in dims]
     layout = strided_layout_of(x)
     size = [x.get_size()[d] for d in dims]
     if layout is not None:
@@ -60,15 +56,17 @@ def t(x):
 @register_lowering(aten.transpose)
 def transpose(x, dim0, dim1):
     ndim = len(x.get_size())
+    if ndim == 0:   # transpose(0, -1) of a 0-d tensor is the tensor
+        return x
     dims = list(range(ndim))
-    d0, d1 = _normalize_dim(dim0, ndim), _normalize_dim(dim1, ndim)
+    d0, d1 = normalize_dim(dim0, ndim), normalize_dim(dim1, ndim)
     dims[d0], dims[d1] = dims[d1], dims[d0]
     return permute(x, dims)
 
 
 @register_lowering(aten.unsqueeze)
 def unsqueeze(x, dim):
-    dim = _normalize_dim(dim, len(x.get_size()) + 1)
+    dim = normalize_dim(dim, len(x.get_size()) + 1)
     size = list(x.get_size())
     new_size = size[:dim] + [sympy.Integer(1)] + size[dim:]
     return view(x, new_size)
@@ -81,8 +79,8 @@ def squeeze(x, dim=None):
         dims = [i for i, s in enumerate(size) if s == 1]
     else:
         dims = dim if isinstance(dim, (list, tuple)) else [dim]
-        dims = [_normalize_dim(d, len(size)) for d in dims]
-        dims = [d for d in dims if size[d] == 1]
+        dims = [normalize_dim(d, len(size)) for d in dims]
+        dims = [d for d in dims if d < len(size) and size[d] == 1]   # squeeze(0) of a 0-d tensor: no dim
     new_size = [s for i, s in enumerate(size) if i not in dims]
     return view(x, new_size)
 
@@ -126,7 +124,7 @@ def _view_strides(old_size, old_stride, new_size):
     return [sympy.expand(s) for s in new_stride]
 
 
-@register_lowering(aten.view, aten._unsafe_view, aten.reshape, aten.view_copy)
+@register_lowering(aten.view, aten._unsafe_view, aten.reshape)
 def view(x, size):
     if isinstance(size, torch.dtype):
         raise Unsupported("view as another dtype")
@@ -153,7 +151,7 @@ def view(x, size):
 @register_lowering(aten.slice)
 def slice_(x, dim=0, start=None, end=None, step=1):
     size = list(x.get_size())
-    dim = _normalize_dim(dim, len(size))
+    dim = normalize_dim(dim, len(size))
     length = size[dim]
     if sym.is_static(length) and all(v is None or isinstance(v, int) for v in (start, end)):
         length = sym.to_int(length)
@@ -196,7 +194,7 @@ def _meta_size(dim):
 @register_lowering(aten.select)
 def select(x, dim, index):
     size = list(x.get_size())
-    dim = _normalize_dim(dim, len(size))
+    dim = normalize_dim(dim, len(size))
     if isinstance(index, int) and index < 0:
         index = size[dim] + index
     new_size = size[:dim] + size[dim + 1:]
@@ -229,3 +227,84 @@ def as_strided(x, size, stride, storage_offset=None):
     layout = base.layout
     return TensorBox(ReinterpretView(base, Layout(layout.device, layout.dtype, [sym.sint(s) for s in size],
                                                   [sym.sint(s) for s in stride], sym.sint(storage_offset))))
+
+
+@register_lowering(aten.diagonal)
+def diagonal(x, offset=0, dim1=0, dim2=1):
+    """The diagonal of dims ``dim1``/``dim2`` (shifted by ``offset``) as the last dim."""
+    size = list(x.get_size())
+    ndim = len(size)
+    d1, d2 = normalize_dim(dim1, ndim), normalize_dim(dim2, ndim)
+    if not (sym.is_static(size[d1]) and sym.is_static(size[d2])):
+        raise Unsupported("the diagonal of symbolic dims")
+    row_start, col_start = (0, offset) if offset >= 0 else (-offset, 0)
+    length = max(0, min(sym.to_int(size[d1]) - row_start, sym.to_int(size[d2]) - col_start))
+    kept = [d for d in range(ndim) if d not in (d1, d2)]
+    new_size = [size[d] for d in kept] + [sympy.Integer(length)]
+
+    def restride(base):
+        stride = list(base.stride)
+        start = base.offset + row_start * stride[d1] + col_start * stride[d2]
+        return _with_strides(base, new_size, [stride[d] for d in kept] + [stride[d1] + stride[d2]], start)
+
+    layout = strided_layout_of(x)
+    if layout is not None:
+        return TensorBox(ReinterpretView(buffer_of(x), restride(layout)))
+
+    def reindex(index):
+        full = [None] * ndim
+        for d, i in zip(kept, index[:-1]):
+            full[d] = i
+        full[d1], full[d2] = index[-1] + row_start, index[-1] + col_start
+        return full
+    return TensorBox(GenericView(x.data, new_size, reindex, restride))
+
+
+# ---- view copies: the view's values in a tensor of their own ---------------------------------
+
+def _narrow(x, dim, start, length):
+    return slice_(x, dim, start, start + length)
+
+
+def _split_with_sizes(x, split_sizes, dim=0):
+    starts = [sum(split_sizes[:k]) for k in range(len(split_sizes))]
+    return [slice_(x, dim, start, start + length) for start, length in zip(starts, split_sizes)]
+
+
+def _static_length(x, dim):
+    length = x.get_size()[normalize_dim(dim, len(x.get_size()))]
+    if not sym.is_static(length):
+        raise Unsupported("splitting a dim of symbolic length into pieces")
+    return sym.to_int(length)
+
+
+def _split(x, split_size, dim=0):
+    length = _static_length(x, dim)
+    sizes = [min(split_size, length - start) for start in range(0, length, split_size)] or [0]
+    return _split_with_sizes(x, sizes, dim)
+
+
+def _unbind(x, dim=0):
+    return [select(x, dim, k) for k in range(_static_length(x, dim))]
+
+
+def _copied(view_fn):
+    """The lowering of a ``*_copy`` op: its view, copied so that it never aliases its input."""
+    def lowering(x, *args, **kwargs):
+        from .tensor_ops import clone
+        result = view_fn(x, *args, **kwargs)
+        if isinstance(result, (list, tuple)):
+            return [clone(part) for part in result]
+        return clone(result)
+    return lowering
+
+
+register_lowering(aten.unsafe_split)(_split)
+register_lowering(aten.unsafe_split_with_sizes)(_split_with_sizes)
+for _copy_op, _view_fn in [
+        (aten.view_copy, view), (aten.expand_copy, expand_), (aten.permute_copy, permute), (aten.t_copy, t),
+        (aten.transpose_copy, transpose), (aten.squeeze_copy, squeeze), (aten.unsqueeze_copy, unsqueeze),
+        (aten.alias_copy, alias), (aten.slice_copy, slice_), (aten.select_copy, select),
+        (aten.diagonal_copy, diagonal), (aten.narrow_copy, _narrow), (aten.unbind_copy, _unbind),
+        (aten.split_copy, _split), (aten.split_with_sizes_copy, _split_with_sizes)]:
+    register_lowering(_copy_op)(_copied(_view_fn))

@@ -15,6 +15,7 @@ short columns (outer).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 # Largest next_power_of_2(r) for which a reduction keeps the whole row in registers
@@ -35,9 +36,16 @@ POINTWISE_MAX_BLOCK_ELEMENTS = 4096
 MAX_BLOCK = 4096
 # CUDA limits grid dims y and z to 65535 (x may go to 2**31 - 1).
 MAX_GRID_YZ = 65535
+# The autotuning budget: a kernel over fewer elements than this runs in a few
+# microseconds whatever its launch config (launch latency dominates), so "default" mode
+# compiles and runs only the first config; "max" still tries them all.
+TUNE_MIN_ELEMENTS = 1 << 16
 
 KINDS = ("pointwise", "pointwise_2d", "reduction", "persistent_reduction")
 MODES = ("none", "default", "max")
+# The integer arguments of each kind of kernel, in signature order (after the pointers).
+NUMEL_ARGS = {"pointwise": ("x",), "pointwise_2d": ("y", "x"), "reduction": ("x", "r"),
+              "persistent_reduction": ("x", "r")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +157,21 @@ def candidate_configs(kind: str, numels: dict[str, int], mode: str = "default",
     else:
         configs = builders[kind](numels, mode)
     configs = _dedupe(configs)
-    return configs[:1] if mode == "none" else configs
+    if mode == "none" or (mode == "default" and math.prod(numels.values()) < TUNE_MIN_ELEMENTS):
+        return configs[:1]
+    return configs
+
+
+def size_key(kind: str, numels: dict[str, int]) -> tuple:
+    """The sizes a kernel of static sizes has its launch config chosen (and its tuning
+    result kept) for: exactly its numels."""
+    return (kind,) + tuple((axis, int(numels[axis])) for axis in NUMEL_ARGS[kind])
+
+
+def size_bucket(kind: str, numels: dict[str, int]) -> tuple:
+    """The same for a kernel of symbolic sizes: its launches are grouped in buckets of
+    each numel's next power of two, and each bucket is tuned once."""
+    return (kind,) + tuple((axis, next_power_of_2(int(numels[axis]))) for axis in NUMEL_ARGS[kind])
 
 
 def _dedupe(configs: list[Config]) -> list[Config]:
@@ -167,8 +189,9 @@ def _dedupe(configs: list[Config]) -> list[Config]:
 def _pointwise(numels: dict[str, int], mode: str) -> list[Config]:
     x = numels["x"]
     xp = next_power_of_2(x)
-    # Aim for >= ~128 programs once there is enough work, blocks of 256..1024 elements.
-    guess = min(xp, max(256, min(x // 128, 1024)))
+    # Aim for >= ~128 programs once there is enough work, blocks of 256..1024 elements
+    # (a power of two: tl.arange needs one).
+    guess = min(xp, _clamp_pow2(x // 128, 256, 1024))
 
     def make(xblock: int, warps: int | None = None) -> Config:
         xblock = max(1, min(xblock, xp))

@@ -8,6 +8,12 @@ the first index among equals.
 import triton
 import triton.language as tl
 
+# libdevice's math beyond the basics for the interpreter (tf_helpers.asin ...), and sqrt
+from .triton_math import (  # noqa: F401
+    acos, acosh, asin, asinh, atan, atan2, atanh, copysign, cosh, erfc, erfcx, hypot, lgamma, log10, nextafter,
+    signbit, sinh, sqrt,
+)
+
 
 @triton.jit
 def is_nan(x):
@@ -260,3 +266,124 @@ def shift_right(a, b):
     if b.dtype.is_int_signed():
         return a >> tl.where(out_of_range, b.dtype.primitive_bitwidth - 1, b)
     return tl.where(out_of_range, 0, a >> tl.where(out_of_range, 0, b))
+
+
+# ---- scans (ops_table.SCAN_TYPES): the combine step, the inclusive scan of a block along
+# an axis, and the block's total (what a looped kernel carries into the next block) -----
+
+@triton.jit
+def scan_sum(a, b):
+    return a + b
+
+
+# the reductions' combine steps and totals serve the scans of the same op
+scan_prod, scan_max, scan_min = _prod_combine, _max_combine, _min_combine
+prod_total, max_total, min_total = prod, max2, min2
+
+
+@triton.jit
+def scan_logaddexp(a, b):
+    """log(exp(a) + exp(b)) as eager's logcumsumexp: NaN propagates, two equal infinities
+    give that infinity."""
+    hi = maximum(a, b)
+    lo = minimum(a, b)
+    same_infinity = (lo == hi) & (tl.abs(hi) == float("inf"))
+    return tl.where(same_infinity, hi, hi + log1p(tl.exp(lo - hi)))
+
+
+@triton.jit
+def sum_scan(values, axis: tl.constexpr):
+    return tl.associative_scan(values, axis, scan_sum)
+
+
+@triton.jit
+def prod_scan(values, axis: tl.constexpr):
+    return tl.associative_scan(values, axis, _prod_combine)
+
+
+@triton.jit
+def logaddexp_scan(values, axis: tl.constexpr):
+    return tl.associative_scan(values, axis, scan_logaddexp)
+
+
+@triton.jit
+def sum_total(values, axis: tl.constexpr):
+    return tl.reduce(values, axis, scan_sum)
+
+
+@triton.jit
+def logaddexp_total(values, axis: tl.constexpr):
+    return tl.reduce(values, axis, scan_logaddexp)
+
+
+@triton.jit
+def max_scan(values, axis: tl.constexpr):
+    return tl.associative_scan(values, axis, _max_combine)
+
+
+@triton.jit
+def min_scan(values, axis: tl.constexpr):
+    return tl.associative_scan(values, axis, _min_combine)
+
+
+# cummax's (value, position) step, in the order a sequential scan takes values (a NaN
+# always takes over, a later equal value wins): of two NaNs or two equal values the later
+# position, else a NaN, else the larger. Comparing positions rather than relying on which
+# operand comes first gives the same pair whatever order tl.reduce combines in.
+@triton.jit
+def scan_argmax(value_a, index_a, value_b, index_b):
+    a_nan = is_nan(value_a)
+    b_nan = is_nan(value_b)
+    later = index_b > index_a
+    take = (b_nan & (~a_nan | later)) | (~a_nan & ~b_nan & ((value_b > value_a) | ((value_b == value_a) & later)))
+    return tl.where(take, value_b, value_a), tl.where(take, index_b, index_a)
+
+
+@triton.jit
+def scan_argmin(value_a, index_a, value_b, index_b):
+    a_nan = is_nan(value_a)
+    b_nan = is_nan(value_b)
+    later = index_b > index_a
+    take = (b_nan & (~a_nan | later)) | (~a_nan & ~b_nan & ((value_b < value_a) | ((value_b == value_a) & later)))
+    return tl.where(take, value_b, value_a), tl.where(take, index_b, index_a)
+
+
+@triton.jit
+def argmax_scan(values, indices, axis: tl.constexpr):
+    return tl.associative_scan((values, indices), axis, scan_argmax)
+
+
+@triton.jit
+def argmin_scan(values, indices, axis: tl.constexpr):
+    return tl.associative_scan((values, indices), axis, scan_argmin)
+
+
+@triton.jit
+def argmax_total(values, indices, axis: tl.constexpr):
+    return tl.reduce((values, indices), axis, scan_argmax)
+
+
+@triton.jit
+def argmin_total(values, indices, axis: tl.constexpr):
+    return tl.reduce((values, indices), axis, scan_argmin)
+
+
+# ---- conversions ----------------------------------------------------------------------
+
+@triton.jit
+def round_to_bfloat16(x):
+    """float32 ``x`` as bfloat16, rounded to the nearest (ties to even; NaN stays NaN,
+    overflow gives inf, subnormals kept): what a compiled store into a bfloat16 buffer
+    does. Triton's interpreter truncates instead (and flushes subnormals), so this rounds
+    with integer ops and returns the bfloat16 bits, which a store copies as they are."""
+    x = x.to(tl.float32)
+    bits = x.to(tl.uint32, bitcast=True)
+    rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
+    rounded = tl.where(x != x, (bits >> 16) | 0x40, rounded)   # a quiet NaN of the same sign
+    return rounded.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def bfloat16_to_float32(x):
+    """bfloat16 ``x`` widened to float32, exactly (subnormals included)."""
+    return (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)

@@ -4,8 +4,11 @@
                               numels={"x": 4096}, mutated_arg_indices=[1], device_type="cuda")
     launcher.run(in_ptr0, out_ptr0, 4096)      # non-constexpr kernel args, in order
 
-The first `run` loads the kernel, picks a launch config (heuristics, autotune cache,
-benchmarking) and launches; later runs go straight to a launch bound at the first one.
+Compiled (CUDA) kernels build in the background (runtime/async_compile.py), every
+candidate config at once, from when generated code makes the launcher. The first `run`
+waits for the binaries it needs, picks a launch config (heuristics, tuning results of
+this process or the autotune cache, benchmarking) and launches; later runs go straight to
+the chosen binary.
 CPU tensors run under Triton's interpreter without TRITON_INTERPRET being set for the
 process, so compiled CUDA kernels in the same process stay compiled.
 """
@@ -17,15 +20,16 @@ import importlib.util
 import logging
 import os
 import sys
-import tempfile
 import threading
 from typing import Any, Callable, Sequence
 
 import triton
 
+from .. import cache_store
 from .. import config as tf_config
-from . import autotuner
-from .heuristics import MAX_GRID_YZ, Config, candidate_configs, is_persistent_reduction_ok
+from . import async_compile, autotuner
+from .direct_launch import make_direct_launch
+from .heuristics import MAX_GRID_YZ, NUMEL_ARGS, Config, candidate_configs, size_key
 
 log = logging.getLogger("tritonfuse.autotune")
 
@@ -36,38 +40,30 @@ _loaded_kernels: dict[tuple[str, str], Any] = {}   # (source sha, name) -> JIT f
 # candidates benchmarked by two threads at once on one GPU time each other, not themselves
 # (and those timings are stored), and Triton's compiler parses Python ASTs, whose C-level
 # state CPython shares between threads. Later runs take no lock.
-_first_runs = threading.RLock()
+first_runs = threading.RLock()
+
+
+
+def _new_locks_after_fork() -> None:
+    """A forked child has only the thread that forked: locks held by others (compile pool
+    threads load kernels) would stay held there for ever."""
+    global _modules_lock, first_runs
+    _modules_lock, first_runs = threading.Lock(), threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks_after_fork)
 
 
 # --- loading ------------------------------------------------------------------------------
-
-def _write_if_missing(path: str, text: str) -> None:
-    """Atomically create `path` holding `text` (a file already there with it is kept)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            if f.read() == text:
-                return
-    except OSError:
-        pass
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".py")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
 
 def load_kernel(name: str, source: str, cache_dir: str | None = None):
     """The @triton.jit function `name` defined in `source` (a full module as text).
 
     The source is written to <cache_dir>/kernels/<sha-prefix>/<name>.py, because
     triton.jit reads a function's source through inspect, and imported once per process.
+    The file is checked against `source` and rewritten when it differs (cache_store.ensure),
+    so a damaged kernel file never reaches the importer.
     """
     sha = hashlib.sha256(source.encode("utf-8")).hexdigest()
     root = cache_dir if cache_dir is not None else tf_config.cache_dir
@@ -76,12 +72,10 @@ def load_kernel(name: str, source: str, cache_dir: str | None = None):
         fn = _loaded_kernels.get((sha, name))
         if fn is not None:
             # Same kernel already imported: keep its file (read by the interpreter and
-            # tracebacks) present where the module says it is.
-            loaded_path = fn.fn.__code__.co_filename
-            if not os.path.exists(loaded_path):
-                _write_if_missing(loaded_path, source)
+            # tracebacks) holding its source where the module says it is.
+            cache_store.ensure(fn.fn.__code__.co_filename, source)
             return fn
-        _write_if_missing(path, source)
+        path = cache_store.ensure(path, source)
         module_name = f"tritonfuse_kernel_{sha[:16]}_{name}"
         spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
@@ -189,16 +183,22 @@ class TritonLauncher:
     mutated_arg_indices: run() argument positions the kernel writes; device_type: "cuda"
     (compiled) or "cpu" (Triton interpreter); configs: explicit candidates, else
     heuristics for the `tritonfuse.config.autotune` mode at the first run; reduction_hint:
-    optional "inner"/"outer" passed to the heuristics.
+    optional "inner"/"outer" passed to the heuristics. pointer_dtypes and device_index
+    (generated code gives them with configs): the dtypes of the tensor arguments and the
+    CUDA device; with them every candidate starts compiling in the background
+    (runtime/async_compile.py) when the launcher is made, for aligned tensors.
     After the first run, `chosen_config` holds the config in use.
     """
 
-    # Launch compiled kernels through the CompiledKernel directly after the first run.
+    # Launch compiled kernels through the CompiledKernel directly (binaries from the
+    # compile pool); False: through JITFunction dispatch, which compiles at launch.
     fast_launch = True
 
     def __init__(self, name: str, source: str, kind: str, numels: dict[str, int] | None,
                  mutated_arg_indices: Sequence[int] = (), device_type: str = "cuda",
-                 configs: Sequence[Config] | None = None, *, reduction_hint: str | None = None):
+                 configs: Sequence[Config] | None = None, *, reduction_hint: str | None = None,
+                 pointer_dtypes: Sequence[Any] | None = None, device_index: int | None = None,
+                 example_scalars: Sequence[Any] | None = None):
         if numels is None:   # symbolic sizes: one launcher per size bucket (DynamicTritonLauncher)
             raise TypeError("TritonLauncher needs static numels; use DynamicTritonLauncher")
         self.name = name
@@ -214,10 +214,25 @@ class TritonLauncher:
         self.timings_ms: dict[str, float] | None = None
         self._fn = None              # JITFunction, or InterpretedFunction for the interpreter
         self._interpreted = False
+        # (ArgSpec, device index, {Config: Future of a CompiledKernel}) from the pool
+        self._binaries: tuple | None = None
+        self.precompiled = False     # whether every binary compiled ahead existed already
+        if (device_type == "cuda" and self.fast_launch and configs is not None
+                and pointer_dtypes is not None and device_index is not None):
+            scalars = example_scalars if example_scalars is not None else \
+                [self.numels[axis] for axis in NUMEL_ARGS[kind]]
+            argspec = async_compile.ArgSpec.aligned(pointer_dtypes, scalars)
+            futures, self.precompiled = async_compile.precompile(name, source, self._explicit_configs, argspec,
+                                                                 device_index)
+            self._binaries = (argspec, device_index, futures)
 
     def __repr__(self) -> str:
         return (f"TritonLauncher({self.name}, {self.kind}, {self.numels}, "
                 f"device={self.device_type}, config={self.chosen_config})")
+
+    def tuning_sizes(self) -> tuple:
+        """The sizes a tuning result of this launcher is kept for (heuristics.size_key)."""
+        return size_key(self.kind, self.numels)
 
     @property
     def candidates(self) -> list[Config]:
@@ -248,7 +263,9 @@ class TritonLauncher:
         return (x_programs, y_programs, 1)
 
     def _bind(self, cfg: Config, numels: dict[str, int] | None = None) -> Callable[..., Any]:
-        """A callable taking run()'s args that launches with `cfg` (the general path)."""
+        """A callable taking run()'s args that launches with `cfg` through JITFunction
+        dispatch (the general path: it specializes on, and compiles for, what it gets).
+        ``numels``: the launch's sizes, when they are not the launcher's."""
         bound = self._fn[self.grid(cfg, numels)]
         kwargs = dict(cfg.kwargs)
         if self._interpreted:
@@ -259,11 +276,43 @@ class TritonLauncher:
         kwargs.update(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         return lambda *args: bound(*args, **kwargs)
 
+    def _compiled_binaries(self, args: Sequence[Any]) -> None:
+        """Make `self._binaries` hold binaries valid for `args` on the current device: the
+        ones compiling since the launcher was made if `args` are what they expected, else
+        every candidate submitted now (compiling in parallel) for exactly these `args`."""
+        from triton.runtime.driver import driver
+        device = driver.active.get_current_device()
+        if self._binaries is not None:
+            argspec, device_index, _ = self._binaries
+            if device_index == device and argspec.matches(args):
+                return
+        self._binaries = (async_compile.ArgSpec.of_args(args), device, {})
+        self._submit(self._candidates)
+
+    def _submit(self, configs: Sequence[Config]) -> None:
+        argspec, device, futures = self._binaries
+        kernel = async_compile.KernelSource(self.name, self.source)
+        submitted, _ = async_compile.submit(kernel, configs, argspec, async_compile.cuda_target(device), device)
+        futures.update(submitted)
+
+    def _direct(self, cfg: Config) -> Callable[..., Any]:
+        """A launch of `cfg`'s binary from the pool through its CompiledKernel (waits for
+        the compile; raises its error); other arguments take the general path."""
+        argspec, _, futures = self._binaries
+        if cfg not in futures:           # a config tuned elsewhere (a full search)
+            self._submit([cfg])
+        slow = self._bind(cfg)
+        try:
+            kernel = futures[cfg].result()
+        except async_compile.CompileInterrupted:
+            return slow
+        return make_direct_launch(self._fn, kernel, argspec, cfg, slow, self.grid(cfg)) or slow
+
     # -- first run ----------------------------------------------------------------------
 
     def run(self, *args: Any) -> None:
         """Launch the kernel on `args` (tensors, then numels as ints, as in its signature)."""
-        with _first_runs:
+        with first_runs:
             launch = self.__dict__.get("run")   # another thread's first run may have bound it
             if launch is None:
                 self._first_run(args)
@@ -280,15 +329,16 @@ class TritonLauncher:
         self._candidates = self.candidates
         if not self._candidates:
             raise ValueError(f"{self.name}: no candidate launch configs")
-        self.chosen_config = self._pick_config(args)
-        launch = self._bind(self.chosen_config)
-        result = launch(*args)
-        fast = None
-        if self.fast_launch and not self._interpreted:
-            fast = _make_fast_launch(self._fn, result, args, self.grid(self.chosen_config),
-                                     self.chosen_config, launch)
+        if self._interpreted or not self.fast_launch:
+            bind = self._bind
+        else:
+            self._compiled_binaries(args)
+            bind = self._direct
+        self.chosen_config = self._pick_config(args, bind)
+        launch = bind(self.chosen_config)
+        launch(*args)
         # Later calls find this instance attribute before the class's run().
-        self.run = fast or launch
+        self.run = launch
 
     def _device_name(self, args: Sequence[Any]) -> str:
         if self.device_type == "cpu":
@@ -299,7 +349,11 @@ class TritonLauncher:
         name = torch.cuda.get_device_name(index)
         return f"{name} (triton interpreter)" if self._interpreted else name
 
-    def _pick_config(self, args: Sequence[Any]) -> Config:
+    def _pick_config(self, args: Sequence[Any], bind: Callable[[Config], Callable[..., Any]]) -> Config:
+        """The config to run: the only candidate, or a tuning result (this process's, the
+        autotune cache's, or benchmarked now with `bind(config)(*args)` launches). In
+        "default" mode a result of the full search ("max", as scripts/warmup_autotune.py
+        runs it) for the same kernel and sizes is taken first."""
         candidates = self._candidates
         if len(candidates) == 1 or tf_config.autotune == "none":
             return candidates[0]
@@ -308,173 +362,54 @@ class TritonLauncher:
         import autotune_cache
         versions = autotune_cache.current_versions()
         device = self._device_name(args)
-        cand_dicts = [c.to_dict() for c in candidates]
-        key = autotune_cache.make_key(self.source, cand_dicts, device, versions)
+        sizes = self.tuning_sizes()
+        tuned_as = autotuner.tuning_source(async_compile.kernel_template(self.source, self.name), sizes)
+
+        def key_for(configs: Sequence[Config]) -> str:
+            return autotune_cache.make_key(tuned_as, [c.to_dict() for c in configs], device, versions)
+
+        key = key_for(candidates)
+        lookups = [(key, candidates)]
+        if tf_config.autotune == "default":
+            full = candidate_configs(self.kind, self.numels, "max", hint=self.reduction_hint)
+            lookups.insert(0, (key_for(full), full))
         cache = autotune_cache.AutotuneCache()
-        entry = cache.get(key)
-        if entry is not None:
-            cfg = Config.from_dict(entry["config"])
-            if cfg in candidates:
+        for lookup, allowed in lookups:
+            known = autotuner.recall(lookup)
+            if known is None:
+                entry = cache.get(lookup)
+                known = (Config.from_dict(entry["config"]), entry["timings_ms"]) if entry else None
+            if known is not None and known[0] in allowed:
                 autotuner.stats.cache_hits += 1
-                self.timings_ms = entry["timings_ms"]
-                log.debug("autotune %s: cache hit %s", self.name, cfg)
-                return cfg
+                autotuner.remember(lookup, *known)
+                self.timings_ms = known[1]
+                log.debug("autotune %s: known result %s", self.name, known[0])
+                return known[0]
         bound: dict[Config, Callable[..., Any]] = {}
 
         def launch(c: Config) -> None:   # bound once per config: timings exclude binding
             if c not in bound:
-                bound[c] = self._bind(c)
+                bound[c] = bind(c)
             bound[c](*args)
 
-        cfg, timings = autotuner.select_best(candidates, launch, list(args),
-                                             self.mutated_arg_indices, name=self.name)
+        cfg, timings = autotuner.select_best(candidates, launch, list(args), self.mutated_arg_indices,
+                                             name=self.name, mode=tf_config.autotune)
         self.timings_ms = timings
+        autotuner.remember(key, cfg, timings)
         entry = {
             "kernel_name": self.name,
             "config": cfg.to_dict(),
             "device": device,
             "versions": versions,
             "timings_ms": timings,
-            "source_sha256": autotune_cache.source_hash(self.source),
-            "candidates": cand_dicts,
+            "source_sha256": autotune_cache.source_hash(tuned_as),
+            "candidates": [c.to_dict() for c in candidates],
             "kind": self.kind,
             "numels": self.numels,
+            "sizes": list(sizes),
         }
         try:
             cache.put(key, entry)
         except OSError as e:
             log.warning("autotune %s: could not write the autotune cache: %s", self.name, e)
         return cfg
-
-
-# --- symbolic sizes ----------------------------------------------------------------------
-
-NUMEL_ARGS = {"pointwise": ("x",), "pointwise_2d": ("y", "x"), "reduction": ("x", "r"),
-              "persistent_reduction": ("x", "r")}
-
-
-def size_bucket(numels: dict[str, int]) -> tuple:
-    """The autotune key of a launch with these sizes: each numel's next power of two. One
-    config (and one tuning) serves every size of a bucket."""
-    from .heuristics import next_power_of_2
-    return tuple((k, next_power_of_2(v)) for k, v in sorted(numels.items()))
-
-
-class DynamicTritonLauncher:
-    """Launches a kernel generated for symbolic sizes: its sizes arrive with each call
-    (the trailing numel arguments of ``run``). The kernel source is the same for every
-    size; each size bucket gets its own ``TritonLauncher`` (its configs, its tuning), all
-    sharing one loaded kernel."""
-
-    def __init__(self, name: str, source: str, kind: str, numels=None, mutated_arg_indices: Sequence[int] = (),
-                 device_type: str = "cuda", configs=None, *, reduction_hint: str | None = None,
-                 persistent_source: str | None = None):
-        self.name = name
-        self.source = source
-        self.kind = kind
-        # a looped reduction may come with a persistent form: used where the rows fit
-        self.persistent_source = persistent_source
-        self.mutated_arg_indices = list(mutated_arg_indices)
-        self.device_type = device_type
-        self.reduction_hint = reduction_hint
-        self.numel_names = NUMEL_ARGS[kind]
-        self.by_bucket: dict[tuple, TritonLauncher] = {}
-        self._lock = threading.Lock()
-
-    def __repr__(self) -> str:
-        return f"DynamicTritonLauncher({self.name}, {self.kind}, buckets={list(self.by_bucket)})"
-
-    def run(self, *args: Any) -> None:
-        numels = dict(zip(self.numel_names, args[len(args) - len(self.numel_names):]))
-        if any(n == 0 for n in numels.values()):
-            return None
-        bucket = size_bucket(numels)
-        launcher = self.by_bucket.get(bucket)
-        if launcher is None:
-            with self._lock:
-                launcher = self.by_bucket.get(bucket)
-                if launcher is None:
-                    kind, source = self.kind, self.source
-                    if self.persistent_source is not None and is_persistent_reduction_ok(numels, self.reduction_hint):
-                        kind, source = "persistent_reduction", self.persistent_source
-                    launcher = _BucketLauncher(self.name, source, kind, numels, self.mutated_arg_indices,
-                                               self.device_type, reduction_hint=self.reduction_hint)
-                    self.by_bucket[bucket] = launcher
-        return launcher.run_sized(numels, args)
-
-
-class _BucketLauncher(TritonLauncher):
-    """The launcher of one size bucket: configs chosen for the first sizes seen in it
-    (sizes of a bucket are within 2x of each other), the grid computed at every launch."""
-    fast_launch = False
-
-    def run_sized(self, numels: dict[str, int], args: Sequence[Any]) -> None:
-        if self.chosen_config is None:
-            with _first_runs:
-                if self.chosen_config is None:
-                    self.numels = {k: int(v) for k, v in numels.items()}   # they choose the configs
-                    self._first_run(args)
-                    return None
-        # this launch's own sizes: other threads launch other sizes of the bucket meanwhile
-        return self._bind(self.chosen_config, numels)(*args)
-
-
-# --- direct launches of compiled kernels -------------------------------------------------
-
-def _make_fast_launch(jit_fn, kernel, args: Sequence[Any], grid: tuple[int, int, int],
-                      cfg: Config, slow: Callable[..., Any]) -> Callable[..., Any] | None:
-    """A launch that calls the CompiledKernel's launcher directly, skipping JIT dispatch.
-
-    `kernel` is what the first JITFunction launch returned. The compiled kernel was
-    specialized on the first call's arguments: scalars (equality) and 16-byte alignment of
-    tensor pointers, on the current device. Each call checks those cheaply and takes the
-    general path (`slow`) when anything differs or launch hooks are installed. Returns
-    None (use `slow` always) if this triton does not look as expected.
-    """
-    try:
-        from triton import knobs
-        from triton.runtime.driver import driver
-        if hasattr(kernel, "result"):          # a future on some versions
-            kernel = kernel.result()
-        params = jit_fn.params
-        constexpr_names = [p.name for p in params if p.is_constexpr]
-        n_plain = len(params) - len(constexpr_names)
-        # Only the layout the code generator emits: plain args first, then the blocks.
-        if any(p.is_constexpr for p in params[:n_plain]) or len(args) != n_plain:
-            return None
-        if any(name not in cfg.kwargs for name in constexpr_names):
-            return None
-        tail = tuple(cfg.kwargs[name] for name in constexpr_names)
-        run, function, packed = kernel.run, kernel.function, kernel.packed_metadata
-        get_stream = driver.active.get_current_stream
-        get_device = driver.active.get_current_device
-        device = get_device()
-        runtime_knobs = knobs.runtime
-    except Exception as e:  # noqa: BLE001 - an optimisation only
-        log.debug("fast launch unavailable for %s: %s", getattr(jit_fn, "__name__", jit_fn), e)
-        return None
-    tensor_pos = tuple(i for i, a in enumerate(args) if hasattr(a, "data_ptr"))
-    # (position, dtype, whether the kernel was specialized on 16-byte alignment)
-    tensors = tuple((i, args[i].dtype, args[i].data_ptr() % 16 == 0) for i in tensor_pos)
-    scalars = tuple((i, a) for i, a in enumerate(args) if i not in tensor_pos)
-    grid0, grid1, grid2 = grid
-
-    def fast_launch(*call_args):
-        # Launch hooks (profilers) need the metadata only the general path builds. They
-        # are HookChain objects (no-ops while `.calls` is empty) or plain callables.
-        enter, exit_ = runtime_knobs.launch_enter_hook, runtime_knobs.launch_exit_hook
-        if ((enter is not None and getattr(enter, "calls", True))
-                or (exit_ is not None and getattr(exit_, "calls", True))
-                or len(call_args) != n_plain or get_device() != device):
-            return slow(*call_args)
-        for i, dtype, aligned in tensors:
-            t = call_args[i]
-            if t.dtype is not dtype or (aligned and t.data_ptr() & 15):
-                return slow(*call_args)
-        for i, value in scalars:
-            if call_args[i] != value:
-                return slow(*call_args)
-        run(grid0, grid1, grid2, get_stream(device), function, packed, None, None, None,
-            *call_args, *tail)
-
-    return fast_launch

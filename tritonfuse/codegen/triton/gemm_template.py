@@ -19,7 +19,7 @@ import torch
 from ... import metrics, sym
 from ...dependencies import coarsening_groups, plan_and_deps
 from ...virtualized import set_ops_handler
-from ..common import CSEVariable
+from ..common import KERNEL_NAME_PLACEHOLDER, CSEVariable
 from .kernel import TritonKernel, texpr
 
 aten = torch.ops.aten
@@ -122,9 +122,9 @@ class TemplateEpilogueKernel(TritonKernel):
     the template's own value is its accumulator ``acc``, and every node's loop variables
     are expressions of the tile's coordinates (xm, xn and the batch bid)."""
 
-    def __init__(self, group, internal, graph, ops_table, report_zero_division=False):
+    def __init__(self, group, internal, graph, ops_table, report_zero_division=False, in_place=None):
         super().__init__(group, internal, graph, ops_table, None, "pointwise", {"x": group.x_numel},
-                         report_zero_division=report_zero_division)
+                         report_zero_division=report_zero_division, in_place=in_place)
         self.template_node = group.template
         template = self.template_node.buffer.data
         blocks = template.config.kwargs
@@ -167,7 +167,7 @@ class TemplateEpilogueKernel(TritonKernel):
         flat = sum((var * stride for var, stride in zip(self.tile_vars, strides)), sympy.Integer(0))
         return sym.unflatten(flat, sizes)
 
-    def _block_shape(self) -> str:
+    def _node_block_shape(self) -> str:
         return "[BLOCK_M, BLOCK_N]"
 
 
@@ -175,6 +175,7 @@ def codegen_template(scheduling, group, internal, env) -> None:
     """Generate the template kernel of ``group`` (a template node and its epilogue nodes)
     and its launch in the wrapper, or, where aten plus the epilogue's own kernel measured
     faster, those; ``env``: the jinja2 environment of the templates."""
+    from .scheduling import TritonKernelDefinition
     node = group.template
     template = node.buffer.data
     epilogue = [n for n in group.nodes if n is not node]
@@ -183,29 +184,37 @@ def codegen_template(scheduling, group, internal, env) -> None:
     if not template.timings.prefers_template(fused, output_stored=node.name not in internal):
         _codegen_on_aten(scheduling, group, internal)
         return
+    wrapper = scheduling.wrapper
     kernel = TemplateEpilogueKernel(group, internal, scheduling.graph, scheduling.ops_table,
-                                    report_zero_division=scheduling.reports_zero_division)
+                                    report_zero_division=scheduling.reports_zero_division,
+                                    in_place=wrapper.memory_plan.in_place_outputs(group.names))
     kernel.generate()
-    name = scheduling.wrapper.kernel_name("triton_tem", group.origins)
     call_order = kernel.args.call_order()
     params = {buffer: param for param, buffer in call_order}
     flag = ["zero_division_ptr"] if kernel.checks_division else []
+    # rendered unnamed: equal matmuls with equal epilogues share one definition
     source = render_matmul(
-        env, name, template, params, block_signature([param for param, _ in call_order] + flag),
+        env, KERNEL_NAME_PLACEHOLDER, template, params, block_signature([param for param, _ in call_order] + flag),
         kernel.body_lines().getvalue(), needs_xmask=kernel.needs_xmask, int64=kernel.use_int64,
         origins=", ".join(group.origins), reads=", ".join(kernel.args.inputs) or "-",
-        writes=", ".join(kernel.args.outputs) or "-", use_libdevice=scheduling.use_libdevice)
-    n_inputs = len(kernel.args.inputs)
-    mutated = list(range(n_inputs, n_inputs + len(kernel.args.outputs) + len(flag)))
-    numels = {"b": template.batch, "m": template.m, "n": template.n}
-    scheduling.wrapper.define_triton_kernel(name, source, "template", numels, [template.config], mutated,
-                                            scheduling.launcher_device, None)
-    scheduling.wrapper.allocate_outputs(group, internal)
+        writes=", ".join(list(kernel.args.in_outs) + list(kernel.args.outputs)) or "-",
+        use_libdevice=scheduling.use_libdevice)
+    pointer_dtypes = tuple(scheduling.graph.get_dtype(buffer) for _, buffer in call_order) + (torch.int32,) * len(flag)
+    definition = TritonKernelDefinition(
+        prefix="triton_tem", origins=tuple(group.origins), template=source, kind="template",
+        numels={"b": template.batch, "m": template.m, "n": template.n}, configs=(template.config,),
+        mutated=tuple(kernel.args.written_positions() + [len(call_order)] * len(flag)),
+        device_type=scheduling.launcher_device, device_index=scheduling._device_index(group.device), hint=None,
+        pointer_dtypes=pointer_dtypes, example_scalars=())
+    name, new = wrapper.define_triton_kernel(definition)
+    if new:   # compiles in the background while the rest of the graph is generated
+        metrics.kernel_dedup_hits += definition.precompile(name)
+    wrapper.allocate_outputs(group, internal)
     buffers = [buffer for _, buffer in call_order]
     if kernel.checks_division:
         scheduling._call_reporting_zero_division(name, buffers, [])
     else:
-        scheduling.wrapper.writeline(f"{name}.run({', '.join(buffers)})")
+        wrapper.writeline(f"{name}.run({', '.join(buffers)})")
     metrics.record_kernel(name)
 
 
@@ -223,18 +232,21 @@ def _addmm_bias_node(group):
 def _codegen_on_aten(scheduling, group, internal) -> None:
     """The matmul as its aten op (the addmm, when the epilogue is only its bias), then its
     epilogue nodes as a kernel of their own."""
+    wrapper = scheduling.wrapper
     node = group.template
     template = node.buffer.data
     reason = f"aten was faster than the GEMM template ({template.timings})"
     bias_node = _addmm_bias_node(group)
-    if bias_node is not None and node.name in internal:     # the product itself is read nowhere else
+    # the addmm where the product itself is read nowhere else, and its result is not
+    # planned over the bias (which aten.addmm reads)
+    if bias_node is not None and node.name in internal and not wrapper.memory_plan.in_place_outputs({bias_node.name}):
         bias, beta, alpha = template.addmm
         metrics.fallbacks[str(aten.addmm.default)] = reason
-        scheduling.wrapper.codegen_aten_call(bias_node.name, aten.addmm.default, [bias, template.a, template.b],
-                                             {"beta": beta, "alpha": alpha}, reason)
+        wrapper.codegen_aten_call(bias_node.buffer, aten.addmm.default, [bias, template.a, template.b],
+                                  {"beta": beta, "alpha": alpha}, reason)
         return
     metrics.fallbacks[str(template.aten_op)] = reason
-    scheduling.wrapper.codegen_aten_call(node.name, template.aten_op, [template.a, template.b], {}, reason)
+    wrapper.codegen_aten_call(node.buffer, template.aten_op, [template.a, template.b], {}, reason)
     epilogue = [n for n in group.nodes if n is not node]
     if epilogue:
         rest = dataclasses.replace(group, nodes=epilogue, names={n.name for n in epilogue})

@@ -55,8 +55,6 @@ def triton_constant(value, dtype) -> str:
     return str(int(value))
 
 
-
-
 def compute_dtype(dtype):
     """The dtype a value of ``dtype`` lives in inside a kernel."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
@@ -74,7 +72,8 @@ class _Segment:
 
 
 class TritonKernel:
-    def __init__(self, group, internal, graph, ops_table, configs, kind, numels=None, report_zero_division=False):
+    def __init__(self, group, internal, graph, ops_table, configs, kind, numels=None, report_zero_division=False,
+                 in_place=None):
         self.group = group
         self.graph = graph
         self.ops_table = ops_table
@@ -83,13 +82,14 @@ class TritonKernel:
         self.looped = kind == "reduction"
         self.tiled = kind == "pointwise_2d"     # [YBLOCK, XBLOCK] tiles, for transposes
         self.has_r = kind in ("reduction", "persistent_reduction")
-        self.args = KernelArgs()
+        self.args = KernelArgs(in_place)
         self.cse = CSE("tmp")
         self.internal = set(internal)
         self.stored: Dict[str, tuple] = {}     # buffer -> (value, segment id)
         self.segments: List[_Segment] = [_Segment(loop=False)]
         self.index_defs: Dict[str, str] = {}  # printed definition -> variable name
         self.mask_stack: List[str] = []
+        self.indirect_bounds: Dict[str, str] = {}   # indirect index variable -> "it is in bounds"
         self.acc_counter = 0
         self.dim_counter = {"x": 0, "r": 0, "y": 0}
         self.size_symbols = set()   # size symbols the kernel reads: parameters of its own
@@ -144,10 +144,7 @@ class TritonKernel:
             for node, x_sizes, r_sizes, kind in seg.layouts:
                 self._set_node(node, x_sizes, r_sizes, kind)
                 with set_ops_handler(self):
-                    if node.is_reduction():
-                        node.buffer.body(self.plan.raw_x, self.plan.raw_r)
-                    else:
-                        node.buffer.body(self.plan.raw_x + self.plan.raw_r, [])
+                    node.buffer.run_body(self.plan.raw_x, self.plan.raw_r)
         self._close_segment()
 
     def _set_node(self, node, x_sizes, r_sizes, kind):
@@ -216,20 +213,20 @@ class TritonKernel:
         """The index as printed; a block of it when it depends on no block variable."""
         text = texpr(index)
         if not any(s.name.startswith(("x", "r", "tmp")) for s in index.free_symbols):
-            text = f"{text} + tl.zeros({self._block_shape()}, tl.int32)"
+            text = f"{text} + tl.zeros({self._node_block_shape()}, tl.int32)"
         return text
 
-    def _block_shape(self) -> str:
-        """The shape of a value that varies over every element of the current node."""
+    def _node_block_shape(self) -> str:
+        """The block the current node's values span."""
         if self.tiled:
             return "[YBLOCK, XBLOCK]"
         if not self.has_r:
             return "[XBLOCK]"
-        return "[XBLOCK, RBLOCK]" if self.node_kind == "xr" else "[XBLOCK, 1]"
+        return "[XBLOCK, RBLOCK]" if self.node_kind in ("xr", "scan") else "[XBLOCK, 1]"
 
     def _mask_for(self, index) -> Optional[str]:
         parts = []
-        uses_r = self.node_kind in ("xr", "reduction") and any(s.name.startswith("r") for s in index.free_symbols)
+        uses_r = self._value_over_r() and any(s.name.startswith("r") for s in index.free_symbols)
         if self.needs_ymask:
             parts.append("ymask")
         if self.needs_xmask:
@@ -240,7 +237,7 @@ class TritonKernel:
         return " & ".join(parts) if parts else None
 
     def _value_over_r(self):
-        return self.node_kind in ("xr", "reduction") and self.has_r
+        return self.node_kind in ("xr", "reduction", "scan") and self.has_r
 
     # ---- ops: memory ------------------------------------------------------------------
     def load(self, name, index):
@@ -260,7 +257,10 @@ class TritonKernel:
             last = self.segment_count - 1 == len(self.segments) - 1
             expr += ", eviction_policy='evict_first'" if last else ", eviction_policy='evict_last'"
         expr += ")"
-        if dtype in (torch.float16, torch.bfloat16):
+        widen = self.ops_table.get("load_" + str(dtype).replace("torch.", ""))
+        if widen is not None:
+            expr = widen.format(expr)
+        elif dtype in (torch.float16, torch.bfloat16):
             expr += ".to(tl.float32)"
         elif dtype == torch.bool:
             expr += ".to(tl.int1)"
@@ -274,8 +274,19 @@ class TritonKernel:
         pointer = self.args.output(name)
         index = self.kernel_index(index)
         mask = self._mask_for(index)
+        value = self._as_stored(name, value)
         line = f"tl.store({pointer} + ({self._pointer_offset(index)}), {value}" + (f", {mask})" if mask else ")")
         self.out.writeline(line)
+
+    def _as_stored(self, name, value) -> str:
+        """What a store into buffer ``name`` writes: ``value``, or ``value`` rounded to the
+        buffer's dtype where the op table says the store itself would not round as a
+        compiled store does (``store_bfloat16``: Triton's interpreter truncates)."""
+        dtype = self.graph.name_to_buffer[name].get_dtype()
+        template = self.ops_table.get("store_" + str(dtype).replace("torch.", ""))
+        if template is None or isinstance(value, Constant):   # constants are rounded already (constant())
+            return str(value)
+        return template.format(value)
 
     def store_reduction(self, name, index, value):
         self.stored[name] = (value, len(self.segments) - 1, False)
@@ -284,11 +295,37 @@ class TritonKernel:
         pointer = self.args.output(name)
         index = self.kernel_index(index)
         mask = "xmask" if self.needs_xmask else None
+        value = self._as_stored(name, value)
         line = f"tl.store({pointer} + ({self._pointer_offset(index)}), {value}" + (f", {mask})" if mask else ")")
         if self.looped:
             self.segment.deferred_stores.append(lambda buf, line=line: buf.writeline(line))
         else:
             self.out.writeline(line)
+
+    def store_scatter(self, name, index, value, mode):
+        """An indirect write: a plain store, or an atomic read-modify-write (another program
+        may write the same element). Every lane outside the loop nest is masked off, also
+        when the index does not name the dims it varies along, and so is every lane whose
+        index is out of bounds (eager raises there; device_assert is compiled out on GPUs,
+        and a write must never land outside the tensor)."""
+        if name in self.internal:
+            return
+        pointer = self.args.output(name)
+        index = self.kernel_index(index)
+        parts = ["ymask"] * self.needs_ymask + ["xmask"] * self.needs_xmask
+        if self.needs_rmask and self.node_kind in ("xr", "scan"):
+            parts.append("rmask")
+        parts += [self.indirect_bounds[s.name] for s in sorted(index.free_symbols, key=str)
+                  if s.name in self.indirect_bounds]
+        mask = " & ".join(parts + self.mask_stack) or None
+        # the whole block: the index may vary along fewer dims than the value (lanes that
+        # write one element, all of them adding)
+        address = f"{pointer} + tl.broadcast_to({self._pointer_offset(index)}, {self._node_block_shape()})"
+        if mode is None:
+            self.out.writeline(f"tl.store({address}, {value}" + (f", {mask})" if mask else ")"))
+            return
+        mask_arg = f", {mask}" if mask else ""
+        self.out.writeline(f"tl.atomic_{_ATOMIC_OPS[mode]}({address}, {value}{mask_arg}, sem='relaxed')")
 
     def index_expr(self, index, dtype):
         index = self.kernel_index(index)
@@ -297,7 +334,10 @@ class TritonKernel:
         text = texpr(index)
         if not index.free_symbols:
             return self.constant(int(index), dtype)
-        expr = f"({text}).to({TRITON_TYPES[dtype]})" if dtype != torch.int32 else f"({text})"
+        if any(s.name.startswith("z") for s in index.free_symbols):   # a float scalar argument
+            expr = f"tl.full([], {text}, {TRITON_TYPES[dtype]})"   # (a Python float in the interpreter)
+        else:
+            expr = f"({text}).to({TRITON_TYPES[dtype]})" if dtype != torch.int32 else f"({text})"
         return self.cse.generate(self.out, expr, dtype, over_r=self._value_over_r())
 
     def indirect_indexing(self, value, size):
@@ -307,6 +347,7 @@ class TritonKernel:
                                     over_r=value.over_r if isinstance(value, CSEVariable) else False)
         mask = " & ".join(["ymask"] * self.needs_ymask + ["xmask"] * self.needs_xmask + self.mask_stack)
         in_bounds = f"(0 <= {wrapped}) & ({wrapped} < {size})"
+        self.indirect_bounds[wrapped.name] = f"({in_bounds})"
         condition = f"{in_bounds} | ~({mask})" if mask else in_bounds
         self.out.writeline(f'tl.device_assert({condition}, "index out of bounds: 0 <= {wrapped} < {size}")')
         return sympy.Symbol(wrapped.name, integer=True)
@@ -324,6 +365,8 @@ class TritonKernel:
 
     # ---- ops: values ------------------------------------------------------------------
     def constant(self, value, dtype):
+        if dtype in (torch.float16, torch.bfloat16):   # the value a tensor of that dtype holds
+            value = float(torch.tensor(float(value), dtype=dtype))
         return Constant(triton_constant(value, compute_dtype(dtype)), dtype, value=value)
 
     def to_dtype(self, value, dtype):
@@ -392,9 +435,9 @@ class TritonKernel:
         identity = triton_constant(reduction_identity(reduction_type, acc_dtype), acc_dtype)
         ttype = TRITON_TYPES[acc_dtype]
         mask = " & ".join((["xmask"] if self.needs_xmask else []) + (["rmask"] if self.needs_rmask else []))
-        value_text = f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])"
+        value_text = _row_block(value)
         if reduction_type in ("any", "all"):
-            value_text = f"tl.broadcast_to(({value}) != 0, [XBLOCK, RBLOCK])"
+            value_text = f"({value_text} != 0)"
         result_dtype = torch.int64 if reduction_type in ("argmax", "argmin") else dtype
         if self.looped:
             result = self._looped_reduction(reduction_type, value_text, mask, identity, ttype, result_dtype)
@@ -403,6 +446,46 @@ class TritonKernel:
         self.cse.cache[key] = result
         return result
 
+    def scan(self, dtype, scan_type, value):
+        """The running ``scan_type`` of ``value`` along the row, inclusive. A persistent
+        kernel scans the whole row at once; a looped one scans each block and combines it
+        with the carried total of the blocks before (lanes past the row's end come last,
+        so they never reach a valid prefix). argmax/argmin scan (value, position) pairs."""
+        helpers = f"tf_helpers.{scan_type}"   # tf_helpers.sum_scan and .sum_total, ...
+        combine = f"tf_helpers.scan_{scan_type}"
+        paired = scan_type in ("argmax", "argmin")
+        value_dtype = compute_dtype(value.dtype if paired else dtype)
+        ttype = TRITON_TYPES[value_dtype]
+        spread = f"tl.full([XBLOCK, RBLOCK], {value}, {ttype})" if isinstance(value, Constant) \
+            else f"tl.broadcast_to({value}, [XBLOCK, RBLOCK]).to({ttype})"
+        v = self.cse.generate(self.out, spread, value_dtype, over_r=True)
+        if paired:
+            position = self.cse.generate(self.out, "tl.broadcast_to(rindex, [XBLOCK, RBLOCK]).to(tl.int64)",
+                                         torch.int64, over_r=True)
+            v = f"{v}, {position}"
+        block = self._scan_parts(f"{helpers}_scan({v}, 1)", paired, value_dtype)
+        if not self.looped:
+            return block[-1]
+        carry = [f"_carry{self.acc_counter}"] + ([f"_carry{self.acc_counter}_index"] if paired else [])
+        self.acc_counter += 1
+        identity = triton_constant(reduction_identity(scan_type, value_dtype), value_dtype)
+        self.segment.pre.writeline(f"{carry[0]} = tl.full([XBLOCK, 1], {identity}, {ttype})")
+        if paired:
+            self.segment.pre.writeline(f"{carry[1]} = tl.zeros([XBLOCK, 1], tl.int64)")
+        carried = ", ".join(carry)
+        result = self._scan_parts(f"{combine}({carried}, {', '.join(map(str, block))})", paired, value_dtype)
+        total = self._scan_parts(f"{helpers}_total({v}, 1)", paired, value_dtype)
+        self.out.writeline(f"{carried} = {combine}({carried}, {', '.join(f'{t}[:, None]' for t in total)})")
+        return result[-1]
+
+    def _scan_parts(self, expr, paired, value_dtype):
+        """``expr``'s result: [value], or [value, position] for a paired scan."""
+        if not paired:
+            return [self.cse.generate(self.out, expr, value_dtype, over_r=True)]
+        parts = [self.cse.new_var(value_dtype, over_r=True), self.cse.new_var(torch.int64, over_r=True)]
+        self.out.writeline(f"{parts[0]}, {parts[1]} = {expr}")
+        return parts
+
     def _welford(self, value):
         """(mean, m2) of ``value`` over the row; shared by welford_mean and welford_m2.
         Persistent: two passes over the row in registers (exact). Looped: Welford."""
@@ -410,7 +493,7 @@ class TritonKernel:
         if key in self.cse.cache:
             return self.cse.cache[key]
         mask = " & ".join((["xmask"] if self.needs_xmask else []) + (["rmask"] if self.needs_rmask else []))
-        v = self.cse.generate(self.out, f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])", torch.float32, over_r=True)
+        v = self.cse.generate(self.out, _row_block(value), torch.float32, over_r=True)
         if not self.looped:
             masked = self.cse.generate(self.out, f"tl.where({mask}, {v}, 0.0)" if mask else str(v), torch.float32,
                                        over_r=True)
@@ -450,7 +533,7 @@ class TritonKernel:
         if key in self.cse.cache:
             return self.cse.cache[key]
         mask = " & ".join((["xmask"] if self.needs_xmask else []) + (["rmask"] if self.needs_rmask else []))
-        v = self.cse.generate(self.out, f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])", torch.float32, over_r=True)
+        v = self.cse.generate(self.out, _row_block(value), torch.float32, over_r=True)
         if mask:
             v = self.cse.generate(self.out, f'tl.where({mask}, {v}, float("-inf"))', torch.float32, over_r=True)
         if not self.looped:
@@ -522,9 +605,19 @@ class Constant(CSEVariable):
     value: object = 0
 
 
+def _row_block(value) -> str:
+    """``value`` as an [XBLOCK, RBLOCK] block for a reduction: a literal (sum(ones)) is
+    not a tensor that tl.broadcast_to takes, so it becomes a tl.full."""
+    if isinstance(value, Constant):
+        return f"tl.full([XBLOCK, RBLOCK], {value}, {TRITON_TYPES[compute_dtype(value.dtype)]})"
+    return f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])"
+
+
 def _cast_python(value, dtype):
     if dtype == torch.bool:
         return bool(value)
+    if dtype in (torch.float16, torch.bfloat16):
+        return float(torch.tensor(float(value), dtype=dtype))   # rounded to the nearest, ties to even
     if dtype.is_floating_point:
         return float(value)
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
@@ -548,6 +641,8 @@ def _result_dtype(op_name, operands):
             return operand.dtype
     return torch.float32
 
+
+_ATOMIC_OPS = {"sum": "add", "max": "max", "min": "min"}   # store_scatter modes done atomically
 
 _COMBINE = {
     "sum": "{acc} + {value}",

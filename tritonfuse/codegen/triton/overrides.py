@@ -19,7 +19,7 @@ TRITON_OPS = {
     "log": "tl.log({0})",
     "log2": "tl.log2({0})",
     "log1p": "libdevice.log1p({0})",
-    "sqrt": "tl.sqrt_rn({0})",
+    "sqrt": "tf_helpers.sqrt({0})",   # tl.sqrt_rn takes float32 only; see triton_helpers.sqrt
     "rsqrt": "libdevice.rsqrt({0})",
     "sin": "libdevice.sin({0})",   # tl.sin/tl.cos are the fast approximate PTX forms
     "cos": "libdevice.cos({0})",
@@ -60,6 +60,28 @@ TRITON_OPS = {
     "where": "tl.where({0}, {1}, {2})",
 }
 
+# ---- math beyond the basics (lowering/pointwise_math.py): libdevice's float32/float64 functions
+TRITON_OPS.update({
+    "asin": "libdevice.asin({0})",
+    "acos": "libdevice.acos({0})",
+    "atan": "libdevice.atan({0})",
+    "sinh": "libdevice.sinh({0})",
+    "cosh": "libdevice.cosh({0})",
+    "asinh": "libdevice.asinh({0})",
+    "acosh": "libdevice.acosh({0})",
+    "atanh": "libdevice.atanh({0})",
+    "log10": "libdevice.log10({0})",
+    "erfc": "libdevice.erfc({0})",
+    "erfcx": "libdevice.erfcx({0})",
+    "lgamma": "libdevice.lgamma({0})",
+    "atan2": "libdevice.atan2({0}, {1})",
+    "hypot": "libdevice.hypot({0}, {1})",
+    "copysign": "libdevice.copysign({0}, {1})",
+    "nextafter": "libdevice.nextafter({0}, {1})",
+    "signbit": "(libdevice.signbit({0}) != 0)",
+})
+# ---- end of the math block
+
 # Triton's interpreter has no libdevice: these ops use the pure-tl versions in tf_helpers.
 INTERPRETER_OPS = dict(
     TRITON_OPS,
@@ -73,8 +95,20 @@ INTERPRETER_OPS = dict(
     trunc="tf_helpers.trunc({0})",
     round="tf_helpers.nearbyint({0})",
     pow="tf_helpers.pow({0}, {1})",
+    # bfloat16 <-> float32 conversions of loads and stores: compiled, a store rounds to the
+    # nearest (ties to even) and subnormals are kept; the interpreter truncates and flushes
+    # subnormals to zero, so these convert bit by bit
+    load_bfloat16="tf_helpers.bfloat16_to_float32({0})",
+    store_bfloat16="tf_helpers.round_to_bfloat16({0})",
 )
 
+# ---- math beyond the basics, for the interpreter: pure-tl versions (runtime/triton_math.py)
+INTERPRETER_OPS.update({name: f"tf_helpers.{name}({{0}})" for name in (
+    "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log10", "erfc", "erfcx", "lgamma",
+    "signbit")})
+INTERPRETER_OPS.update({name: f"tf_helpers.{name}({{0}}, {{1}})" for name in (
+    "atan2", "hypot", "copysign", "nextafter")})
+# ---- end of the math block
 
 # ---- integers -------------------------------------------------------------------------
 # Division and shifts by an operand that is not a literal go through helpers that keep

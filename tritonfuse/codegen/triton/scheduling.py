@@ -3,6 +3,7 @@
 Registered for "cuda" (compiled kernels) and, through ``InterpretedTritonScheduling``,
 for "cpu" tensors when ``config.cpu_backend == "triton"`` (Triton's interpreter).
 """
+import dataclasses
 import functools
 import os
 
@@ -12,9 +13,10 @@ import torch
 
 from ... import config, metrics, sym
 from ...dependencies import plan_and_deps
-from ...runtime.heuristics import candidate_configs, is_persistent_reduction_ok
+from ...runtime import async_compile
+from ...runtime.heuristics import NUMEL_ARGS, candidate_configs, is_persistent_reduction_ok
 from ..backend_interface import BackendScheduling
-from ..common import pexpr
+from ..common import KERNEL_NAME_PLACEHOLDER, name_kernel, pexpr
 from .gemm_choice import MatmulChoice
 from .gemm_template import codegen_template
 from .kernel import TritonKernel
@@ -25,6 +27,92 @@ _templates = jinja2.Environment(
     trim_blocks=True, lstrip_blocks=False, keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
 )
 
+PREFIXES = {"pointwise": "triton_poi", "pointwise_2d": "triton_poi_tiled", "persistent_reduction": "triton_per",
+            "reduction": "triton_red"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonKernelDefinition:
+    """A rendered Triton kernel before it has a name: what the wrapper defines (one
+    launcher per distinct definition) and the compile pool builds.
+
+    template: the source, its kernel named KERNEL_NAME_PLACEHOLDER; numels and configs:
+    the sizes and candidate launch configs, None for symbolic sizes (the launcher then
+    chooses per size bucket at launch); mutated: run() positions written; pointer_dtypes:
+    dtypes of the tensor arguments; device_index: the CUDA device compiled for (None when
+    interpreted); persistent_template: a looped reduction's persistent form, for the
+    launches whose rows fit; example_scalars: run()'s integer arguments at the example
+    sizes (None if one has no example value), the launch compiled for ahead.
+    """
+    prefix: str
+    origins: tuple
+    template: str
+    kind: str
+    numels: "dict | None"
+    configs: "tuple | None"
+    mutated: tuple
+    device_type: str
+    device_index: "int | None"
+    hint: "str | None"
+    pointer_dtypes: tuple
+    persistent_template: "str | None" = None
+    example_scalars: "tuple | None" = None
+
+    def identity(self) -> tuple:
+        """Equal for kernels that can share one definition."""
+        numels = tuple(sorted(self.numels.items())) if self.numels is not None else None
+        return (self.template, self.kind, numels, self.configs, self.mutated, self.device_type, self.device_index,
+                self.hint, self.pointer_dtypes, self.persistent_template, self.example_scalars)
+
+    def source(self, name: str) -> str:
+        """The kernel called `name`, as the generated module holds it (compiles and Triton's
+        on-disk cache are keyed by this exact text, in every process)."""
+        return _module_text(name_kernel(self.template, name))
+
+    @property
+    def launcher_class(self) -> str:
+        """The class generated code makes: kernels of symbolic sizes choose at launch."""
+        return "TritonLauncher" if self.numels is not None else "DynamicTritonLauncher"
+
+    def launcher_arguments(self, name: str) -> dict:
+        """The launcher's keyword arguments, as generated code passes them."""
+        arguments = dict(name=name, kind=self.kind, numels=self.numels, mutated_arg_indices=list(self.mutated),
+                         device_type=self.device_type, reduction_hint=self.hint,
+                         configs=list(self.configs) if self.configs is not None else None)
+        if self.device_index is not None and self.example_scalars is not None:
+            # compiled: what to compile ahead (the example's launch), and for which device
+            arguments.update(pointer_dtypes=self.pointer_dtypes, device_index=self.device_index,
+                             example_scalars=self.example_scalars)
+        if self.persistent_template is not None:
+            arguments["persistent_source"] = _module_text(name_kernel(self.persistent_template, name))
+        arguments["source"] = self.source(name)
+        return arguments
+
+    def precompile(self, name: str) -> bool:
+        """Start compiling the binaries the generated launcher will want first (making it
+        does that); True if they all existed already (an identical kernel met before)."""
+        if self.device_index is None or self.example_scalars is None:
+            return False
+        from ...runtime.dynamic_launcher import DynamicTritonLauncher
+        from ...runtime.triton_launcher import TritonLauncher
+        launcher_class = TritonLauncher if self.numels is not None else DynamicTritonLauncher
+        return launcher_class(**self.launcher_arguments(name)).precompiled
+
+
+def _module_text(source: str) -> str:
+    return source.rstrip() + "\n"
+
+
+def _example_scalars(sizes) -> "tuple | None":
+    """The example values of integer kernel arguments (sizes, size symbols), or None when
+    one has none: an unbacked size, or a float symbol."""
+    if any(not s.is_integer for s in map(sympy.sympify, sizes) if not s.is_number):
+        return None
+    try:
+        return tuple(sym.hint(s) for s in sizes)
+    except (ValueError, TypeError):
+        return None
+
 
 class TritonScheduling(BackendScheduling):
     online_softmax = True
@@ -33,9 +121,22 @@ class TritonScheduling(BackendScheduling):
     launcher_device = "cuda"
     reports_zero_division = False   # as eager on CUDA: an integer division by zero raises nothing
     imports_zero_division = False   # the wrapper imports raise_integer_division_by_zero
-    # the GEMM template (max-autotune): the matmuls it takes and its choice against aten
-    matmul_choice = MatmulChoice(_templates, "cuda", (torch.float16, torch.bfloat16, torch.float32),
-                                 use_libdevice=True)
+    # indirect writes that combine with the element are atomics (kernel.py, _ATOMIC_OPS):
+    # tl.atomic_add/max/min on these dtypes in triton 3.6 and 3.9 (half floats go
+    # through a float32 copy in lowering; tl has no atomic multiply). Float max/min are
+    # left out: tl.atomic_max/min compare floats as integers, by sign, so a NaN of one
+    # sign loses to every number (eager's scatter_reduce amax/amin propagate NaN).
+    scatter_dtypes = {
+        "sum": {torch.float32, torch.float64, torch.int32, torch.int64},
+        "max": {torch.int32, torch.int64},
+        "min": {torch.int32, torch.int64},
+    }
+    deterministic_scatter = False   # atomic float sums land in any order
+
+    def __init__(self, scheduler, wrapper, graph):
+        super().__init__(scheduler, wrapper, graph)
+        if self.launcher_device == "cuda":
+            async_compile.pool().start()   # worker processes start while the graph is scheduled
 
     @staticmethod
     def split_reduction_target(device) -> int:
@@ -64,36 +165,42 @@ class TritonScheduling(BackendScheduling):
         # symbolic sizes: the launcher picks configs at each launch from the actual sizes
         configs = candidate_configs(kind, {k: sym.to_int(v) for k, v in numels.items()}, config.autotune,
                                     hint=hint) if static else None
-        prefix = {"pointwise": "triton_poi", "pointwise_2d": "triton_poi_tiled", "persistent_reduction": "triton_per",
-                  "reduction": "triton_red"}[kind]
-        name = self.wrapper.kernel_name(prefix, group.origins)
+        internal = self.scheduler.internal_buffers(group)
         report = self.reports_zero_division
+        in_place = self.wrapper.memory_plan.in_place_outputs(group.names)
         kernels = {kind: TritonKernel(group, internal, self.graph, self.ops_table, configs, kind, numels,
-                                      report_zero_division=report)}
+                                      report_zero_division=report, in_place=in_place)}
         if not static and kind == "reduction":
             # a row length known only at run time: a persistent form too, for the launches
             # whose rows fit in registers (the launcher chooses by the actual length)
             kernels["persistent_reduction"] = TritonKernel(group, internal, self.graph, self.ops_table, None,
                                                            "persistent_reduction", numels,
-                                                           report_zero_division=report)
+                                                           report_zero_division=report, in_place=in_place)
         for kernel in kernels.values():
             kernel.generate()
-        size_args = sorted({str(s) for k in kernels.values() for s in k.size_symbols}, key=lambda n: (len(n), n))
-        sources = {k: self._render(name, k, kernel, group, size_args) for k, kernel in kernels.items()}
+        symbols = {str(s): s for k in kernels.values() for s in k.size_symbols}
+        size_args = sorted(symbols, key=lambda n: (len(n), n))
+        # rendered unnamed: kernels identical but for their name share one definition
+        templates = {k: self._render(KERNEL_NAME_PLACEHOLDER, k, kernel, group, size_args)
+                     for k, kernel in kernels.items()}
         kernel = kernels[kind]
         call_args = kernel.args.call_order()
-        n_inputs = len(kernel.args.inputs)
         flag = 1 if kernel.checks_division else 0   # zero_division_ptr, written by the kernel
-        mutated = list(range(n_inputs, n_inputs + len(kernel.args.outputs) + flag))
-        launcher_numels = {k: sym.to_int(v) for k, v in numels.items()} if static else None
-        self.wrapper.define_triton_kernel(name, sources[kind], kind, launcher_numels, configs, mutated,
-                                          self.launcher_device, hint,
-                                          persistent_source=sources.get("persistent_reduction") if not static
-                                          else None)
+        pointer_dtypes = tuple(self.graph.get_dtype(buffer) for _, buffer in call_args) + (torch.int32,) * flag
+        numel_args = [pexpr(numels[axis]) for axis in NUMEL_ARGS[kind]]
+        definition = TritonKernelDefinition(
+            prefix=PREFIXES[kind], origins=tuple(group.origins), template=templates[kind], kind=kind,
+            numels={k: sym.to_int(v) for k, v in numels.items()} if static else None,
+            configs=tuple(configs) if static else None,
+            mutated=tuple(kernel.args.written_positions() + [len(call_args)] * flag),
+            device_type=self.launcher_device, device_index=self._device_index(group.device), hint=hint,
+            pointer_dtypes=pointer_dtypes, persistent_template=templates["persistent_reduction"] if len(templates) > 1 else None,
+            example_scalars=_example_scalars([symbols[n] for n in size_args] + [numels[a] for a in NUMEL_ARGS[kind]]))
+        name, new = self.wrapper.define_triton_kernel(definition)
+        if new:   # compiles in the background while the rest of the graph is generated
+            metrics.kernel_dedup_hits += definition.precompile(name)
         buffers = [buffer for _, buffer in call_args]
         self.wrapper.allocate_outputs(group, internal)
-        numel_names = {"pointwise": ["xnumel"], "pointwise_2d": ["ynumel", "xnumel"]}.get(kind, ["xnumel", "rnumel"])
-        numel_args = [pexpr(numels[n[0]]) for n in numel_names]
         if kernel.checks_division:
             self._call_reporting_zero_division(name, buffers, size_args + numel_args)
         else:
@@ -101,8 +208,8 @@ class TritonScheduling(BackendScheduling):
         metrics.record_kernel(name)
 
     def _render(self, name, kind, kernel, group, size_args) -> str:
-        numel_names = {"pointwise": ["xnumel"], "pointwise_2d": ["ynumel", "xnumel"]}.get(kind, ["xnumel", "rnumel"])
-        block_names = {"pointwise": ["XBLOCK"], "pointwise_2d": ["YBLOCK", "XBLOCK"]}.get(kind, ["XBLOCK", "RBLOCK"])
+        numel_names = [f"{axis}numel" for axis in NUMEL_ARGS[kind]]
+        block_names = [f"{axis.upper()}BLOCK" for axis in NUMEL_ARGS[kind]]
         flag = ["zero_division_ptr"] if kernel.checks_division else []
         signature = [param for param, _ in kernel.args.call_order()] + flag + size_args + numel_names + \
             [f"{b}: tl.constexpr" for b in block_names]
@@ -110,7 +217,6 @@ class TritonScheduling(BackendScheduling):
             name=name, kind=kind, signature=", ".join(signature), x_numel=group.x_numel, r_numel=group.r_numel,
             origins=", ".join(group.origins), int64=kernel.use_int64, needs_xmask=kernel.needs_xmask,
             needs_rmask=kernel.needs_rmask, needs_ymask=kernel.needs_ymask, use_libdevice=self.use_libdevice,
-            reads=", ".join(kernel.args.inputs) or "-", writes=", ".join(kernel.args.outputs) or "-",
             body=kernel.body_lines().getvalue().rstrip(),
         )
 
@@ -122,6 +228,12 @@ class TritonScheduling(BackendScheduling):
         self.wrapper.writeline(f"{name}.run({', '.join(buffers + ['zero_division'] + scalar_args)})")
         self.wrapper.writeline("if zero_division.item():")
         self.wrapper.writeline("    raise_integer_division_by_zero()")
+
+    @staticmethod
+    def _device_index(device):
+        """The CUDA device a compiled kernel is built for (None: interpreted, nothing to build)."""
+        import torch
+        return device.index if device.index is not None else torch.cuda.current_device()
 
     @staticmethod
     def _kind(group, hint=None):
@@ -138,9 +250,9 @@ class TritonScheduling(BackendScheduling):
 
     @staticmethod
     def _reduction_hint(group):
-        """"outer" when the reductions read memory that is contiguous along x, not r."""
+        """"outer" when the reductions (or scans) read memory that is contiguous along x, not r."""
         for node, x_sizes, r_sizes, kind in group.node_layouts():
-            if kind != "reduction":
+            if kind not in ("reduction", "scan"):
                 continue
             plan, reads, _ = plan_and_deps(node.buffer, x_sizes, r_sizes)
             if not plan.r_sizes or not plan.x_sizes:
@@ -160,6 +272,11 @@ class InterpretedTritonScheduling(TritonScheduling):
     use_libdevice = False
     launcher_device = "cpu"
     reports_zero_division = True    # CPU tensors: eager raises for an integer division by zero
+    deterministic_scatter = True    # the interpreter runs programs, and their atomics, one after another
+
+    @staticmethod
+    def _device_index(device):
+        return None
     # the interpreter's tl.dot multiplies bfloat16 operands as raw 16-bit integers
     matmul_choice = MatmulChoice(_templates, "cpu", (torch.float16, torch.float32), use_libdevice=False)
 

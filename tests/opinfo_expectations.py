@@ -1,0 +1,125 @@
+"""What tests/test_opinfo.py (and scripts/opinfo_sweep.py's report) accept from an op of
+torch's OpInfo table, besides "results match eager and the op generated kernels".
+
+    ALLOWED_FALLBACKS   the op may run entirely as aten calls: Inductor does the same
+                        (its sweep on the same samples generates no kernel for it)
+    PENDING_LOWERINGS   lowerings being written (issue 9, point 5): they fall back for now;
+                        not accepted as a pass, only named so a failure says why
+    EXPECTED_FAILURES   per device column ("all" = every column): the op cannot pass, for
+                        a reason that holds for Inductor too
+
+Names are OpInfo names (``op.name`` + ``.variant_test_name``).
+"""
+
+# ---- reasons --------------------------------------------------------------------------------
+
+MATMUL = "Inductor also runs it as aten: a matrix multiply (BLAS / cuBLAS extern kernel)"
+CONVOLUTION = "Inductor also runs it as aten: a convolution (oneDNN / cuDNN extern kernel)"
+SORT = "Inductor also runs it as aten: sorting or selection (sort, topk, kthvalue, median, mode)"
+FFT = "Inductor also runs it as aten: an FFT (pocketfft / cuFFT)"
+LINALG = "Inductor also runs it as aten: a LAPACK / cuSOLVER factorization or solve"
+SPECIAL = "Inductor also runs it as aten: a special function without a decomposition"
+DATA_DEPENDENT = "Inductor also runs it as aten: an output whose size or content depends on the values"
+EXTERN = "Inductor also runs it as aten: it has no decomposition or lowering of it either"
+RANDOM = "Inductor also runs it as aten: random numbers drawn by the aten op"
+VIEW_COPY = "Inductor also runs it as aten: a view that aot_autograd keeps as a copy op"
+
+# ---- allowed fallbacks: ops Inductor leaves to aten as well -----------------------------------
+
+ALLOWED_FALLBACKS = {
+    # matrix multiplies
+    **dict.fromkeys([
+        "addmm", "addmm.decomposed", "addbmm", "addr", "bmm", "bmm.triton_optimized", "mm", "mv", "vdot",
+        "nn.functional.linear", "linalg.multi_dot", "linalg.vecdot", "inner", "matmul", "__rmatmul__", "einsum",
+        "tensordot", "kron", "nn.functional.bilinear", "chain_matmul", "linalg.matrix_power",
+    ], MATMUL),
+    # convolutions
+    **dict.fromkeys([
+        "nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv3d", "nn.functional.conv_transpose1d",
+        "nn.functional.conv_transpose2d", "nn.functional.conv_transpose3d",
+    ], CONVOLUTION),
+    # sorting and selection
+    **dict.fromkeys([
+        "sort", "argsort", "msort", "topk", "kthvalue", "median", "nanmedian", "mode",
+    ], SORT),
+    # FFTs
+    **dict.fromkeys([
+        "fft.fft", "fft.fft2", "fft.fftn", "fft.hfft", "fft.hfft2", "fft.hfftn", "fft.rfft", "fft.rfft2",
+        "fft.rfftn", "fft.ifft", "fft.ifft2", "fft.ifftn", "fft.ihfft", "fft.ihfft2", "fft.ihfftn", "fft.irfft",
+        "fft.irfft2", "fft.irfftn", "stft", "istft",
+    ], FFT),
+    # linear algebra
+    **dict.fromkeys([
+        "cholesky", "cholesky_inverse", "cholesky_solve", "geqrf", "lu", "lu_solve", "lu_unpack", "ormqr", "qr",
+        "svd", "triangular_solve", "matrix_exp", "logdet", "linalg.cholesky", "linalg.cholesky_ex", "linalg.det",
+        "linalg.eig", "linalg.eigvals", "linalg.eigh", "linalg.eigvalsh", "linalg.householder_product",
+        "linalg.inv", "linalg.inv_ex", "linalg.ldl_factor", "linalg.ldl_factor_ex", "linalg.ldl_solve",
+        "linalg.lstsq", "linalg.lstsq.grad_oriented", "linalg.lu", "linalg.lu_factor", "linalg.lu_factor_ex",
+        "linalg.lu_solve", "linalg.pinv", "linalg.pinv.singular", "linalg.pinv.hermitian", "linalg.qr",
+        "linalg.slogdet", "linalg.solve", "linalg.solve_ex", "linalg.solve_triangular", "linalg.svd",
+        "linalg.svdvals", "linalg.tensorinv", "linalg.tensorsolve", "linalg.matrix_rank",
+        "linalg.matrix_rank.hermitian", "linalg.cond", "pinverse", "linalg.norm.subgradients_at_zero",
+        "norm.nuc", "linalg.matrix_norm",
+    ], LINALG),
+}
+
+# ---- pending lowerings (issue 9, point 5; written by other engineers) ---------------------------
+
+_PENDING = "falls back until its lowering lands (issue 9, point 5)"
+PENDING_LOWERINGS = dict.fromkeys([
+    # pointwise
+    "asin", "acos", "atan", "atan2", "sinh", "cosh", "asinh", "acosh", "atanh", "log10", "erfc", "erfinv",
+    "lgamma", "digamma", "i0", "hypot", "copysign", "nextafter", "fmax", "fmin", "logaddexp", "logaddexp2",
+    "signbit", "heaviside", "sinc", "polygamma.polygamma_n_0", "polygamma.polygamma_n_1",
+    "polygamma.polygamma_n_2", "polygamma.polygamma_n_3", "polygamma.polygamma_n_4",
+    "mvlgamma.mvlgamma_p_1", "mvlgamma.mvlgamma_p_3", "mvlgamma.mvlgamma_p_5",
+    "special.i0e", "special.i1", "special.i1e", "special.ndtr", "special.ndtri", "special.log_ndtr",
+    "special.erfcx", "special.xlog1py", "special.zeta", "special.entr", "special.polygamma.special_polygamma_n_0",
+    "special.airy_ai", "special.bessel_j0", "special.bessel_j1", "special.bessel_y0", "special.bessel_y1",
+    "special.modified_bessel_i0", "special.modified_bessel_i1", "special.modified_bessel_k0",
+    "special.modified_bessel_k1", "special.scaled_modified_bessel_k0", "special.scaled_modified_bessel_k1",
+    "special.spherical_bessel_j0", "special.chebyshev_polynomial_t", "special.chebyshev_polynomial_u",
+    "special.chebyshev_polynomial_v", "special.chebyshev_polynomial_w", "special.hermite_polynomial_h",
+    "special.hermite_polynomial_he", "special.laguerre_polynomial_l", "special.legendre_polynomial_p",
+    "special.shifted_chebyshev_polynomial_t", "special.shifted_chebyshev_polynomial_u",
+    "special.shifted_chebyshev_polynomial_v", "special.shifted_chebyshev_polynomial_w",
+    # index ops
+    "gather", "index_select", "take", "take_along_dim", "scatter", "scatter_add", "index_add", "index_put",
+    "_unsafe_masked_index", "_unsafe_masked_index_put_accumulate", "nn.functional.nll_loss",
+    "nn.functional.embedding",
+    # scans
+    "cumsum", "cumprod", "logcumsumexp", "masked.cumsum", "masked.cumprod",
+    # layout
+    "flip", "fliplr", "flipud", "roll", "rot90", "tril", "triu", "nn.functional.pad.reflect",
+    "nn.functional.pad.replicate", "nn.functional.pad.replicate_negative", "repeat", "tile",
+    # pooling and resampling
+    "nn.functional.avg_pool1d", "nn.functional.avg_pool2d", "nn.functional.avg_pool3d",
+    "nn.functional.max_pool1d", "nn.functional.max_pool2d", "nn.functional.max_pool3d",
+    "nn.functional.adaptive_avg_pool1d", "nn.functional.adaptive_avg_pool2d", "nn.functional.adaptive_avg_pool3d",
+    "nn.functional.interpolate.nearest", "nn.functional.interpolate.nearest-exact",
+    "nn.functional.interpolate.bilinear", "nn.functional.interpolate.area", "nn.functional.upsample_nearest",
+    "nn.functional.upsample_bilinear",
+], _PENDING)
+
+# ---- expected failures: {column: {op: reason}}; "all" applies to every column --------------------
+
+_SCALAR_FROM_A_TENSOR = (
+    "a tensor argument the op reads as a Python int (narrow's start, tensor_split's indices): with Dynamo's "
+    "default capture_scalar_outputs=False, tracing the graph hits aten._local_scalar_dense; the backend hands "
+    "the error back and Dynamo splits the graph there, running the op eagerly between two compiled graphs, as "
+    "it does for Inductor. Compiling it needs sizes and offsets that come from data (unbacked symbols), which "
+    "generated code does not take yet")
+
+EXPECTED_FAILURES = {
+    "all": {"narrow": _SCALAR_FROM_A_TENSOR, "tensor_split": _SCALAR_FROM_A_TENSOR},
+    "cpu": {},
+    "triton-interpret": {},
+    "cuda": {"torch.ops.aten._efficient_attention_forward": (
+        "outputs 2 and 3 (philox seed and offset) are torch.empty when dropout_p is 0: uninitialized memory in "
+        "eager too, so no two calls agree on them; the attention output and logsumexp match")},
+}
+
+
+def expected_failure(name: str, column: str):
+    """The reason ``name`` is expected to fail on ``column``, or None."""
+    return EXPECTED_FAILURES.get(column, {}).get(name) or EXPECTED_FAILURES["all"].get(name)

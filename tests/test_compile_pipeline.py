@@ -1,0 +1,409 @@
+"""The compile pipeline: identical kernels defined and compiled once, the compile pool
+(threads and worker processes) whose binaries the launches use, and the autotuning
+budget. Binaries are built for an H100 (sm_90) offline: no GPU needed for that part."""
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+from common import check, kernel_count
+from warmup_targets import _ADD_SOURCE as ADD_SOURCE
+import tritonfuse.config as tf_config
+from tritonfuse import metrics
+from tritonfuse.runtime import async_compile, autotuner
+from tritonfuse.runtime.async_compile import ArgSpec, CompilePool, KernelSource, Pointer
+from tritonfuse.runtime.heuristics import TUNE_MIN_ELEMENTS, Config, candidate_configs
+from tritonfuse.runtime.triton_launcher import TritonLauncher
+
+HAS_CUDA = torch.cuda.is_available()
+SM90 = None   # GPUTarget("cuda", 90, 32), made lazily (imports triton)
+
+def add_kernel(name):
+    """out = x + y (the hand-written kernel of tests/warmup_targets.py), called `name`."""
+    return KernelSource(name, ADD_SOURCE.replace("triton_poi_warmup_add_0", name))
+
+
+def sm90():
+    global SM90
+    if SM90 is None:
+        from triton.backends.compiler import GPUTarget
+        SM90 = GPUTarget("cuda", 90, 32)
+    return SM90
+
+
+@pytest.fixture
+def fresh_pool(monkeypatch, tmp_path):
+    """A compile pool of its own (no binaries from other tests) and its own Triton cache."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setattr(async_compile, "_pool", None)
+    autotuner.forget_all()
+    yield
+    if async_compile._pool is not None:
+        async_compile._pool.close()
+    autotuner.forget_all()
+
+
+def layers(x, w):
+    for _ in range(4):
+        x = torch.relu(x) * w + 1.0
+        x = x @ torch.eye(x.shape[-1], device=x.device, dtype=x.dtype)
+    return x
+
+
+# --- one definition per kernel ------------------------------------------------------------
+
+def test_identical_layers_define_one_kernel(device, fresh_pool):
+    x, w = torch.randn(32, 64, device=device), torch.randn(64, device=device)
+    sources = check(layers, x, w)
+    wrapper = sources[0]
+    # four launches of two kernels: the first layer reads the input, the other three write
+    # in place over the mm output they read (memory planning)
+    assert kernel_count() == 4
+    assert metrics.kernel_dedup_hits == 2
+    assert len(sources) == 3
+    calls = re.findall(r"^\s+(\w+)(?:\.run)?\((?:arg|buf)", wrapper, re.M)
+    assert len(calls) == 4 and len(set(calls)) == 2 and len(set(calls[1:])) == 1, calls
+    if device == "cuda":                          # one compile per candidate config
+        assert metrics.triton_compilations == 2 * len(candidate_configs("pointwise", {"x": 32 * 64}))
+
+
+def test_cpp_library_holds_one_body_per_form_for_identical_layers(device):
+    if device != "cpu" or tf_config.cpu_backend != "cpp":
+        pytest.skip("the C++ backend")
+    x, w = torch.randn(32, 64), torch.randn(64)
+    sources = check(layers, x, w)
+    # one body out of place (the first layer reads the input), one in place (the others)
+    assert len(re.findall(r'extern "C" void cpp_fused\w*\(', sources[0])) == 2
+    assert len(re.findall(r"^\s+cpp_fused\w+\(\w+\.data_ptr\(\)", sources[0], re.M)) == 4
+
+
+def test_kernels_that_differ_are_all_defined(device, fresh_pool):
+    def f(x, w):
+        return torch.relu(x) * w, torch.sigmoid(x) * w, torch.relu(x.t()) * w
+    x, w = torch.randn(64, 64, device=device), torch.randn(64, device=device)
+    sources = check(f, x, w)
+    assert metrics.kernel_dedup_hits == 0 and len(sources) - 1 == kernel_count()
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+def test_identical_kernels_of_two_graphs_compile_once(fresh_pool):
+    x = torch.randn(64, 64, device="cuda")
+    check(lambda t: torch.relu(t) * 3.0, x)
+    compiled = metrics.triton_compilations
+    assert compiled >= 1 and metrics.kernel_dedup_hits == 0
+    check(lambda t, m: (torch.relu(t) * 3.0) @ m, x, x)     # another graph, the same kernel
+    assert metrics.triton_compilations == compiled and metrics.kernel_dedup_hits == 1
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+def test_launch_uses_the_pool_binaries(fresh_pool):
+    n = 5000
+    kernel = add_kernel("triton_poi_pool_add_0")
+    configs = [Config({"XBLOCK": 256}, 2), Config({"XBLOCK": 1024}, 4)]
+    launcher = TritonLauncher(kernel.name, kernel.source, "pointwise", {"x": n}, [2], "cuda", configs,
+                              pointer_dtypes=(torch.float32,) * 3, device_index=torch.cuda.current_device())
+    pooled = {cfg: f.result() for cfg, f in launcher._binaries[2].items()}
+    a, b, out = (torch.randn(n, device="cuda") for _ in range(3))
+    launcher.run(a, b, out, n)
+    torch.testing.assert_close(out, a + b)
+    assert launcher.run.__name__ == "fast_launch"
+    assert launcher._binaries[2][launcher.chosen_config].result() is pooled[launcher.chosen_config]
+    assert metrics.triton_compilations == 2
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+def test_symbolic_kernels_launch_their_binaries_after_each_buckets_first(fresh_pool, monkeypatch):
+    """A graph of symbolic sizes: after a bucket's first call its launches skip the JIT's
+    dispatch (tests/test_direct_launch.py checks the launches themselves), and sizes of
+    another class (divisible by 16) compile one more binary."""
+    from triton.runtime.jit import JITFunction
+
+    def fn(x):
+        return torch.relu(x) * 2.0 + 1.0
+
+    def no_jit(*args, **kwargs):
+        raise AssertionError("took the JIT dispatch path")
+
+    compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
+    x = torch.randn(1000, device="cuda")
+    torch.testing.assert_close(compiled(x), fn(x))
+    assert metrics.symbolic_graphs == 1
+    compilations = metrics.triton_compilations
+    with monkeypatch.context() as m:
+        m.setattr(JITFunction, "run", no_jit)
+        for n in (1003, 517, 1021):              # the first call's bucket and class
+            x = torch.randn(n, device="cuda")
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert metrics.triton_compilations == compilations
+    x = torch.randn(1008, device="cuda")          # divisible by 16: one more binary
+    torch.testing.assert_close(compiled(x), fn(x))
+    assert metrics.triton_compilations == compilations + 1
+
+
+# --- the pool ----------------------------------------------------------------------------
+
+def test_argspec_matches_what_the_binary_assumes():
+    spec = ArgSpec.aligned([torch.float32, torch.float16], [4096, 1])
+    assert spec.args == (Pointer(torch.float32, True), Pointer(torch.float16, True), 16, 1)
+    x = torch.zeros(64)
+    assert spec.matches([x, x.half(), 4096, 1])
+    assert spec.matches([x, x.half(), 48, 1])                 # another size of the class
+    assert not spec.matches([x[1:], x.half(), 4096, 1])      # 4-byte aligned only
+    assert not spec.matches([x, x, 4096, 1])                  # another dtype
+    assert not spec.matches([x, x.half(), 4097, 1])           # not divisible by 16
+    assert not spec.matches([x, x.half(), 4096, 2])           # 1 is compiled in as a constant
+    assert not spec.matches([x, x.half(), 1 << 36, 1])        # a 64-bit integer
+    assert not spec.matches([x, x.half(), 4096])
+    loose = ArgSpec.of_args([x[1:], x.half(), 7])
+    assert loose.args == (Pointer(torch.float32, False), Pointer(torch.float16, True), 17)
+    assert loose.matches([x[3:], x.half(), 9]) and loose.matches([x, x.half(), 7])
+
+
+SCALARS = [0, 1, 2, 15, 16, 17, 48, 4097, -1, -16, (1 << 31) - 16, (1 << 31) - 1, 1 << 31, (1 << 31) + 1,
+           -(1 << 31), -(1 << 31) - 1, 1 << 40, (1 << 40) + 3, (1 << 63) - 16, 1 << 63, (1 << 63) + 5, 0.5, -3.0]
+
+
+def test_scalar_classes_are_the_jits_specializations():
+    """Values of one scalar_class are exactly the values Triton's JIT specializes alike,
+    and the class's representative specializes as they do (this triton's own function)."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.compiler import make_backend
+    backend = make_backend(sm90())
+
+    def specialization(value):
+        return native_specialize_impl(backend, value, False, True, True)
+
+    for value in SCALARS:
+        assert specialization(async_compile.scalar_class(value)) == specialization(value), value
+    for a in SCALARS:
+        for b in SCALARS:
+            same_class = async_compile.scalar_class(a) == async_compile.scalar_class(b)
+            assert same_class == (specialization(a) == specialization(b)), (a, b)
+
+
+def test_identical_kernels_compile_once_offline(fresh_pool):
+    """Two names, one body: one compile; the binary is a real sm_90 cubin, specialized as
+    Triton's JIT would be (aligned pointers and sizes divisible by 16; a size of 1 constant)."""
+    pool = CompilePool(workers=0)
+    argspec = ArgSpec.aligned([torch.float32] * 3, [4096])
+    cfg = Config({"XBLOCK": 1024}, 4)
+    first, existed = pool.submit(add_kernel("triton_poi_fused_add_0"), [cfg], argspec, sm90())
+    assert not existed and metrics.triton_compilations == 1
+    second, existed = pool.submit(add_kernel("triton_poi_fused_add_7"), [cfg], argspec, sm90())
+    assert existed and metrics.triton_compilations == 1
+    binary = first[cfg].result()
+    assert second[cfg].result() is binary
+    assert binary.asm["cubin"] and binary.metadata.num_warps == 4
+    assert binary.src.attrs[(0,)] == [["tt.divisibility", 16]]
+    assert binary.src.attrs[(3,)] == [["tt.divisibility", 16]]
+    odd = ArgSpec((Pointer(torch.float32, False), Pointer(torch.float32, True), Pointer(torch.float32, True), 1))
+    other, _ = pool.submit(add_kernel("triton_poi_fused_add_0"), [cfg], odd, sm90())
+    assert metrics.triton_compilations == 2
+    src = other[cfg].result().src
+    assert src.attrs[(0,)] == [] and src.signature["xnumel"] == "constexpr" and src.constants[(3,)] == 1
+
+
+def test_failed_compile_is_reported_to_the_waiter(fresh_pool):
+    pool = CompilePool(workers=1)
+    argspec = ArgSpec.aligned([torch.float32] * 3, [100])
+    futures, _ = pool.submit(add_kernel("triton_poi_bad_0"), [Config({"XBLOCK": 3}, 1)], argspec, sm90())
+    with pytest.raises(Exception, match="power of 2"):
+        futures[Config({"XBLOCK": 3}, 1)].result(timeout=300)
+    pool.close()
+
+
+def test_worker_process_compiles_into_the_cache_this_process_loads(fresh_pool, tmp_path):
+    """A worker process builds the binary; the pool then finds it in Triton's cache, so
+    the launch uses exactly what the worker built."""
+    from triton import knobs
+    from tritonfuse.runtime.compile_workers import WorkerProcess
+    kernel = add_kernel("triton_poi_worker_add_0")
+    argspec, cfg = ArgSpec.aligned([torch.float32] * 3, [256]), Config({"XBLOCK": 128}, 2)
+    worker = WorkerProcess()
+    try:
+        deadline = time.monotonic() + 300
+        while not worker.ready():
+            assert worker.process.poll() is None and time.monotonic() < deadline, "worker did not start"
+            time.sleep(0.05)
+        assert worker.compile(kernel.name, kernel.source, tf_config.cache_dir, cfg, argspec, sm90()) is None
+        cached = sorted(p.name for p in pathlib.Path(knobs.cache.dir).iterdir())
+        assert cached, "the worker wrote nothing to Triton's cache"
+        futures, _ = CompilePool(workers=0).submit(kernel, [cfg], argspec, sm90())
+        assert futures[cfg].result().asm["cubin"]
+        # the same cache key: the binary came from the worker's entry
+        assert sorted(p.name for p in pathlib.Path(knobs.cache.dir).iterdir()) == cached
+        error = worker.compile("triton_poi_worker_bad_0", add_kernel("triton_poi_worker_bad_0").source,
+                               tf_config.cache_dir, Config({"XBLOCK": 3}, 1), argspec, sm90())
+        assert isinstance(error, str) and error
+    finally:
+        worker.close()
+        worker.process.wait(timeout=60)
+
+
+# --- the autotuning budget ------------------------------------------------------------
+
+SIZES = [{"x": 1}, {"x": 100}, {"x": 5000}, {"x": 98304}, {"x": 3 << 20}, {"y": 7, "x": 300},
+         {"y": 768, "x": 4096}, {"x": 8, "r": 50257}, {"x": 4096, "r": 768}, {"x": 100, "r": 3},
+         {"x": 32768, "r": 128}, {"x": 1, "r": 1 << 20}]
+
+
+@pytest.mark.parametrize("numels", SIZES, ids=str)
+def test_pruning_keeps_the_config_autotune_none_runs(numels):
+    if "r" in numels:
+        kinds = ["reduction", "persistent_reduction"]
+    else:
+        kinds = ["pointwise_2d"] if "y" in numels else ["pointwise"]
+    for kind in kinds:
+        for hint in ((None, "inner", "outer") if "r" in numels else (None,)):
+            none = candidate_configs(kind, numels, "none", hint=hint)
+            default = candidate_configs(kind, numels, "default", hint=hint)
+            full = candidate_configs(kind, numels, "max", hint=hint)
+            assert len(none) == 1 and default[0] == none[0] == full[0]
+            assert len(set(default)) == len(default) and set(default) <= set(full)
+            for cfg in full:                      # powers of two, within the sizes
+                assert all(v & (v - 1) == 0 for v in cfg.kwargs.values()), cfg
+            elements = 1
+            for v in numels.values():
+                elements *= v
+            if elements < TUNE_MIN_ELEMENTS:
+                assert default == none            # nothing to tune: nothing else compiled
+
+
+def test_identical_kernels_are_tuned_once(monkeypatch):
+    """A kernel with another name but the same body and sizes reuses the first one's
+    tuning result; other sizes are tuned again."""
+    monkeypatch.setattr(tf_config, "autotune_under_interpreter", True)
+    autotuner.forget_all()
+    autotuner.stats.reset()
+    configs = [Config({"XBLOCK": 16}, 1), Config({"XBLOCK": 64}, 2)]
+
+    def run(name, n):
+        kernel = add_kernel(name)
+        launcher = TritonLauncher(kernel.name, kernel.source, "pointwise", {"x": n}, [2], "cpu", configs)
+        a, b, out = torch.randn(n), torch.randn(n), torch.empty(n)
+        launcher.run(a, b, out, n)
+        torch.testing.assert_close(out, a + b)
+        return launcher
+
+    first = run("triton_poi_fused_add_0", 100)
+    second = run("triton_poi_fused_add_3", 100)
+    assert (autotuner.stats.tuned, autotuner.stats.cache_hits) == (1, 1)
+    assert second.chosen_config == first.chosen_config
+    run("triton_poi_fused_add_4", 200)
+    assert autotuner.stats.tuned == 2
+    autotuner.forget_all()
+
+
+def test_default_mode_takes_a_full_search_result(monkeypatch):
+    """scripts/warmup_autotune.py tunes with "max"; a later "default" run uses that result
+    (even a config outside its own candidates) and tunes nothing."""
+    monkeypatch.setattr(tf_config, "autotune_under_interpreter", True)
+    autotuner.forget_all()
+    autotuner.stats.reset()
+    n = TUNE_MIN_ELEMENTS                         # the smallest size "default" tunes
+    kernel = add_kernel("triton_poi_fused_add_0")
+    a, b, out = torch.randn(n), torch.randn(n), torch.empty(n)
+    timings = {}
+
+    default = candidate_configs("pointwise", {"x": n}, "default")
+
+    def fake_select_best(candidates, launch, *args, **kwargs):
+        best = [c for c in candidates if c not in default][-1]   # what a full search found
+        timings.update({str(c): 1.0 for c in candidates})
+        launch(best)
+        return best, timings
+
+    monkeypatch.setattr(tf_config, "autotune", "max")
+    monkeypatch.setattr(autotuner, "select_best", fake_select_best)
+    tuned = TritonLauncher(kernel.name, kernel.source, "pointwise", {"x": n}, [2], "cpu")
+    tuned.run(a, b, out, n)
+    autotuner.forget_all()                        # a new process: only the cache on disk
+    monkeypatch.setattr(tf_config, "autotune", "default")
+    monkeypatch.setattr(autotuner, "select_best", None)   # must not tune
+    deployed = TritonLauncher(kernel.name, kernel.source, "pointwise", {"x": n}, [2], "cpu", default)
+    deployed.run(a, b, out, n)
+    torch.testing.assert_close(out, a + b)
+    assert deployed.chosen_config == tuned.chosen_config
+    assert deployed.chosen_config not in deployed.candidates
+    assert autotuner.stats.cache_hits == 1
+    autotuner.forget_all()
+
+
+COMPILE_BENCH = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "compile_bench.py"
+
+
+def test_compile_bench_counts_a_models_compilations():
+    """scripts/compile_bench.py generates a model's CUDA kernels on the CPU: two identical
+    transformer blocks need fewer unique kernels than launches, and fewer compilations."""
+    proc = subprocess.run([sys.executable, str(COMPILE_BENCH), "--mode", "kernels", "--model", "block",
+                           "--layers", "2", "--batch", "1", "--seq", "8", "--dtype", "float32", "--count-only"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    launches, definitions, unique = map(int, re.search(
+        r"kernels: (\d+) launches in the graphs, (\d+) definitions .*?, (\d+) unique", proc.stdout).groups())
+    before = int(re.search(r"compilations before: +(\d+)", proc.stdout).group(1))
+    after = int(re.search(r"compilations after: +(\d+)", proc.stdout).group(1))
+    assert unique <= definitions < launches and after < before
+
+
+def test_compile_bench_first_calls_run_end_to_end(tmp_path):
+    """The GPU mode of scripts/compile_bench.py, on the CPU (Triton's interpreter): a
+    serial run, in its own process, reports its first call, which gives eager's loss."""
+    out = tmp_path / "compile_bench.json"
+    proc = subprocess.run([sys.executable, str(COMPILE_BENCH), "--mode", "first-call", "--device", "cpu",
+                           "--models", "mlp", "--layers", "1", "--batch", "1", "--seq", "8", "--dtype", "float32",
+                           "--runs", "serial", "--budget", "500", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TRITONFUSE_CPU_BACKEND="triton"))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    serial = report["runs"][0]
+    assert (serial["model"], serial["pool"], serial["cache"]) == ("mlp", "serial", "cold"), serial
+    assert serial["first_call_s"] > 0 and serial["loss_rel_diff"] < 1e-4, serial
+    assert serial["pool_workers"] == 0 and serial["eager_graphs"] == 0 and len(report["runs"]) == 1
+    assert "| mlp | " in report["table"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_fork_while_pool_threads_hold_locks_leaves_the_child_working(fresh_pool):
+    """A fork (a DataLoader worker, say) while compile threads hold the pool's locks: the
+    child gets a pool of its own and can load and compile kernels."""
+    from tritonfuse.runtime import triton_launcher
+    held, release = threading.Event(), threading.Event()
+
+    def hold_locks():
+        with async_compile._parse_lock, triton_launcher._modules_lock, async_compile._pool_lock:
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold_locks)
+    holder.start()
+    held.wait(60)
+    pid = os.fork()
+    if pid == 0:                                 # the child: only this thread
+        status = 1
+        try:
+            pool = CompilePool(workers=0)
+            argspec = ArgSpec.aligned([torch.float32] * 3, [4096])
+            cfg = Config({"XBLOCK": 1024}, 4)
+            futures, _ = pool.submit(add_kernel("triton_poi_forked_add_0"), [cfg], argspec, sm90())
+            status = 0 if futures[cfg].result(timeout=120).asm["cubin"] and async_compile.pool() else 2
+        finally:
+            os._exit(status)
+    release.set()
+    holder.join()
+    deadline = time.monotonic() + 300
+    while (finished := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if finished[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung on a lock held at the fork")
+    assert os.waitstatus_to_exitcode(finished[1]) == 0

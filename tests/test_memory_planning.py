@@ -1,0 +1,273 @@
+"""Memory planning in the wrapper (tritonfuse/codegen/memory_planning.py): kernels write in
+place over buffers that die in them, dead buffers are reused before allocating, and
+inputs, outputs, views, aliases and mutated buffers are never taken over."""
+import re
+
+import pytest
+import torch
+
+import tritonfuse
+from tritonfuse.testing import run_and_get_code
+
+from common import allocation_count, assert_same, check, rand
+
+
+def _wrapper(sources):
+    return sources[0]
+
+
+def _taken_over(wrapper, kind):
+    """Names bound by ``bufN = bufM; del bufM  # kind`` (or through reinterpret_tensor)."""
+    return re.findall(rf"^\s*(buf\d+) = (?:reinterpret_tensor\()?(buf\d+)[,;].*# {kind}$", wrapper, re.M)
+
+
+def test_mlp_allocates_only_the_mm_outputs(device):
+    """``x = relu(x @ w) * 2`` over 4 layers: each relu * 2 kernel writes over the mm
+    output it reads, so the wrapper allocates nothing itself."""
+    ws = [rand(32, 32, device=device) / 8 for _ in range(4)]
+
+    def mlp(x):
+        for w in ws:
+            x = torch.relu(x @ w) * 2
+        return x
+
+    sources = check(mlp, rand(8, 32, device=device))
+    wrapper = _wrapper(sources)
+    assert allocation_count(wrapper) == 0, wrapper
+    assert wrapper.count("torch.ops.aten.mm.default(") == 4
+    assert len(_taken_over(wrapper, "in place")) == 4, wrapper
+    assert all("in_out_ptr0" in kernel for kernel in sources[1:])
+
+
+def test_in_place_reading_the_buffer_several_times(device):
+    w = rand(16, 16, device=device)
+
+    def fn(x):
+        y = x @ w
+        return (y * y + y.sin()) / (y.abs() + 1)
+
+    wrapper = _wrapper(check(fn, rand(16, 16, device=device)))
+    assert len(_taken_over(wrapper, "in place")) == 1
+    assert allocation_count(wrapper) == 0
+
+
+def test_no_in_place_over_a_transposed_read(device):
+    """A kernel that reads the dying buffer at other elements than it writes must not
+    write over it (other programs still read what it overwrites)."""
+    w = rand(32, 32, device=device)
+
+    def fn(x):
+        y = x @ w
+        return y + y.t() * 2
+
+    wrapper = _wrapper(check(fn, rand(32, 32, device=device)))
+    assert not _taken_over(wrapper, "in place")
+    assert allocation_count(wrapper) == 1
+
+
+def test_no_in_place_when_another_node_reads_the_buffer(device):
+    """Two nodes of one kernel read the dying buffer (a row mean and the subtraction):
+    neither may write over it."""
+    w = rand(16, 64, device=device)
+
+    def fn(x):
+        y = x @ w
+        return y - y.mean(1, keepdim=True)
+
+    wrapper = _wrapper(check(fn, rand(8, 16, device=device)))
+    assert not _taken_over(wrapper, "in place")
+
+
+def test_outputs_are_never_reused(device):
+    w = rand(16, 16, device=device)
+
+    def fn(x):
+        y = x @ w
+        z = torch.relu(y) * 2          # y is returned: z must not overwrite it
+        return y, z, z @ w
+
+    wrapper = _wrapper(check(fn, rand(16, 16, device=device)))
+    assert not _taken_over(wrapper, "in place") and not _taken_over(wrapper, "reuse")
+
+
+def test_inputs_are_never_written_over(device):
+    def fn(x, y):
+        return torch.relu(x) * 2 + y
+
+    x, y = rand(64, device=device), rand(64, device=device)
+    x_before, y_before = x.clone(), y.clone()
+    compiled = torch.compile(fn, backend="tritonfuse")
+    result, sources = run_and_get_code(compiled, x, y)
+    assert_same(result, fn(x_before, y_before))
+    assert_same(x, x_before)
+    assert_same(y, y_before)
+    assert allocation_count(_wrapper(sources)) == 1
+
+
+def test_views_of_an_output_are_never_reused(device):
+    """An output that is a view of a buffer keeps that buffer's memory."""
+    w = rand(16, 16, device=device)
+
+    def fn(x):
+        y = x @ w
+        t = torch.relu(y) + 1
+        return t.t(), (t * 3) @ w
+
+    wrapper = _wrapper(check(fn, rand(16, 16, device=device)))
+    for taker, source in _taken_over(wrapper, "in place") + _taken_over(wrapper, "reuse"):
+        assert not re.search(rf"return .*\b{source}\b", wrapper), wrapper
+
+
+def test_buffers_aliased_by_a_fallback_are_never_reused(device):
+    """unfold (a fallback) returns a view of the mm output: the mm output dies at the
+    fallback, but its memory lives on in the view, so the kernel reading that view
+    transposed must not reuse it."""
+    w = rand(32, 32, device=device)
+
+    def fn(x):
+        a = x @ w
+        u = a.unfold(1, 32, 32).squeeze(1)
+        return (u.t() * 2 + 1) @ w
+
+    wrapper = _wrapper(check(fn, rand(32, 32, device=device)))
+    assert "aten.unfold" in wrapper
+    assert not _taken_over(wrapper, "in place") and not _taken_over(wrapper, "reuse")
+
+
+def test_mutated_inputs_keep_their_memory(device):
+    w = rand(16, 16, device=device)
+
+    def fn(x, acc):
+        y = x @ w
+        acc.add_(y)                     # an input mutation: written back after the graph
+        return torch.relu(y) * 2, acc * 3
+
+    x, acc = rand(16, 16, device=device), rand(16, 16, device=device)
+    expected_acc = acc.clone()
+    expected = fn(x.clone(), expected_acc)
+    compiled = torch.compile(fn, backend="tritonfuse")
+    actual = compiled(x, acc)
+    assert_same(actual, expected)
+    assert_same(acc, expected_acc)
+
+
+def _centered(t):
+    return t - t.mean(1, keepdim=True)     # two readers of t: never in place
+
+
+def test_dead_buffer_is_reused(device):
+    w1, w2, w3 = (rand(32, 32, device=device) / 4 for _ in range(3))
+
+    def fn(x):
+        b = _centered(x @ w1)          # the mm output dies here; b is allocated
+        d = _centered(b @ w2)          # takes over a dead buffer of the same size
+        return d @ w3
+
+    wrapper = _wrapper(check(fn, rand(32, 32, device=device), atol=1e-4, rtol=1e-4))
+    assert len(_taken_over(wrapper, "reuse")) == 1, wrapper
+    assert allocation_count(wrapper) == 1
+
+
+def test_reuse_across_layouts_of_equal_size(device):
+    """A dead (32, 32) buffer holds a (64, 16) result (through reinterpret_tensor)."""
+    w1, w2, w3 = (rand(32, 32, device=device) / 4 for _ in range(3))
+    w4 = rand(16, 8, device=device)
+
+    def fn(x):
+        b = _centered(x @ w1)
+        c = b @ w2
+        d = _centered(c.reshape(64, 16))
+        return d @ w4
+
+    wrapper = _wrapper(check(fn, rand(32, 32, device=device), atol=1e-4, rtol=1e-4))
+    assert "reinterpret_tensor(" in wrapper and _taken_over(wrapper, "reuse"), wrapper
+
+
+def test_symbolic_sizes_reuse_only_equal_sizes(device):
+    """Under dynamic shapes a dead buffer is reused only when its size expression is
+    provably equal: (s0, 32) for (s0, 32), never for (s1, 32)."""
+    w1, w2, w3 = (rand(32, 32, device=device) / 4 for _ in range(3))
+
+    def same(x):
+        b = _centered(x @ w1)
+        d = _centered(b @ w2)
+        return d @ w3
+
+    def different(x, y):
+        b = _centered(x @ w1)
+        d = _centered(y @ w2)
+        return b @ w3, d @ w3
+
+    for fn, inputs, reuses in ((same, [(6, 32)], 1), (different, [(6, 32), (10, 32)], 0)):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
+        for rows in (0, 3):    # a second call with other sizes runs the same symbolic code
+            args = [rand(n + rows, m, device=device) for n, m in inputs]
+            result, sources = run_and_get_code(compiled, *args)
+            assert_same(result, fn(*args), atol=1e-4, rtol=1e-4)
+            if sources:
+                wrapper = _wrapper(sources)
+                assert len(_taken_over(wrapper, "reuse")) == reuses, wrapper
+        assert tritonfuse.metrics.symbolic_graphs == 1, "not compiled symbolically"
+        tritonfuse.metrics.reset()
+
+
+def test_scatter_target_is_never_taken_over(device):
+    """A scatter writes into its target's memory and its result keeps that memory: the
+    target's name dies at the scatter, but no later kernel may take its memory while the
+    result lives (here the next kernel: it reads the result and needs a buffer of the
+    target's size)."""
+    w1, w2 = rand(16, 16, device=device), rand(16, 16, device=device)
+
+    def fn(x, idx, v):
+        scattered = ((x @ w1) * 2).index_put((idx,), v, accumulate=True)
+        other = _centered(torch.sigmoid(scattered)) @ w2
+        return scattered + other
+
+    idx = torch.tensor([1, 3, 3, 7], device=device)
+    wrapper = _wrapper(check(fn, rand(16, 16, device=device), idx, rand(4, 16, device=device), atol=1e-4, rtol=1e-4))
+    targets = re.findall(r"^\s*buf\d+ = (buf\d+)  # written in place$", wrapper, re.M)
+    assert targets, wrapper
+    sources = {source for _, source in _taken_over(wrapper, "in place") + _taken_over(wrapper, "reuse")}
+    assert not sources & set(targets), wrapper
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_training_step_with_planned_memory(device, dtype):
+    if dtype == torch.float16 and device == "cpu":
+        pytest.skip("float16 matmuls on CPU tensors are slow and imprecise")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 32),
+                                torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(device=device, dtype=dtype)
+    reference = [p.detach().clone().requires_grad_() for p in model.parameters()]
+    x = rand(8, 16, device=device, dtype=dtype)
+    compiled = torch.compile(model, backend="tritonfuse")
+    compiled(x).square().sum().backward()
+    names = [name for name, _ in model.named_parameters()]
+    eager = torch.func.functional_call(model, dict(zip(names, reference)), (x,))
+    eager.square().sum().backward()
+    for param, ref in zip(model.parameters(), reference):
+        assert_same(param.grad, ref.grad, atol=5e-2 if dtype == torch.float16 else 1e-4,
+                    rtol=5e-2 if dtype == torch.float16 else 1e-4)
+
+
+def test_mlp_peak_memory_is_at_most_eager(device):
+    """With each relu * 2 written over its mm result, the compiled MLP holds at most what
+    eager holds at once (eager keeps the mm result, the relu and the product)."""
+    if device != "cuda":
+        pytest.skip("peak memory is measured with torch.cuda.max_memory_allocated")
+    from tritonfuse.testing import peak_memory
+    ws = [rand(1024, 1024, device=device) / 32 for _ in range(4)]
+
+    def mlp(x):
+        for w in ws:
+            x = torch.relu(x @ w) * 2
+        return x
+
+    compiled = torch.compile(mlp, backend="tritonfuse")
+    x = rand(1024, 1024, device=device)
+    compiled(x)                                     # compile and autotune first
+    expected, eager_peak = peak_memory(mlp, x)
+    actual, compiled_peak = peak_memory(compiled, x)
+    assert_same(actual, expected, atol=1e-3, rtol=1e-3)
+    assert compiled_peak <= eager_peak, (compiled_peak, eager_peak)

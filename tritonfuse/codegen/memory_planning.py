@@ -1,0 +1,173 @@
+"""Memory planning: which memory each buffer of the wrapper is written into.
+
+Computed once per graph from the scheduler's order and last uses, before code generation.
+The wrapper only prints the decisions; a kernel that writes an output in place gets one
+``in_out_ptr`` for the buffer it reads and the output it writes over it.
+
+For each buffer a kernel writes (in execution order), the first that applies:
+
+  in place  The kernel reads a buffer A for the last time and A can hold the output B:
+            same device, dtype and layout; of the nodes left to run, B's (pointwise) node
+            is the only one that reads A, and it reads A only at the element it writes.
+            ``buf3 = buf1; del buf1  # in place``
+  reuse     A buffer that died before this kernel has the same device, dtype and storage
+            size (sizes provably equal when they are symbolic): the most recently freed
+            one is taken. ``buf5 = buf2; del buf2  # reuse`` (through ``reinterpret_tensor``
+            when the layouts differ).
+  allocate  ``empty_strided``.
+
+Never taken over, because their memory outlives their name or is not the graph's to
+reuse: graph inputs and constants, graph outputs (and the buffers outputs are views of),
+a scatter's target (the ``MutationBuffer`` result is bound to its memory and keeps it),
+and every tensor argument and output of a fallback whose op may alias or mutate its
+arguments (its schema says so, or it has no schema).
+"""
+from dataclasses import dataclass, field
+from typing import Dict, List, Tuple
+
+import torch
+
+from .. import sym
+from ..dependencies import extract_deps
+from ..ir import ComputedBuffer, MutationBuffer
+from ..scheduler import FallbackNode
+
+IN_PLACE = "in place"
+REUSE = "reuse"
+
+
+@dataclass
+class MemoryPlan:
+    takes: Dict[str, Tuple[str, str]] = field(default_factory=dict)  # buffer -> (IN_PLACE | REUSE, dead buffer)
+    frees: List[List[str]] = field(default_factory=list)   # per group: buffers to free after it
+
+    def in_place_outputs(self, names) -> Dict[str, str]:
+        """{output: the input it is written over} for the outputs ``names`` of one kernel."""
+        return {name: self.takes[name][1] for name in names
+                if name in self.takes and self.takes[name][0] == IN_PLACE}
+
+    def frees_after(self, group_index: int) -> List[str]:
+        return self.frees[group_index]
+
+
+def plan_memory(graph, scheduler) -> MemoryPlan:
+    groups = scheduler.groups
+    last_use = scheduler.last_uses()
+    keep = scheduler.output_names | set(graph.graph_inputs) | set(graph.constants)
+    shared, bound = _shared_memory(scheduler)
+    pinned = keep | shared
+    dead_after = [[] for _ in groups]
+    for name, last in sorted(last_use.items()):
+        if name not in keep:
+            dead_after[last].append(name)
+
+    plan = MemoryPlan()
+    allocated = set()   # buffers the wrapper allocates or a fallback returns
+    pool = []           # dead buffers free to take over, most recently freed last
+    for i, group in enumerate(groups):
+        taken_here = set()
+        if isinstance(group, FallbackNode):
+            allocated |= set(group.output_names)   # the op allocates its own results
+        for buffer in _allocated_buffers(scheduler, group):
+            allocated.add(buffer.name)
+            if buffer.name in bound:
+                continue
+            source = _in_place_source(scheduler, graph, group, buffer, dead_after[i], allocated, pinned,
+                                      taken_here)
+            if source is not None:
+                plan.takes[buffer.name] = (IN_PLACE, source)
+                taken_here.add(source)
+                continue
+            source = _reusable(graph, buffer, pool, exact_only=buffer.name in scheduler.output_names)
+            if source is not None:
+                plan.takes[buffer.name] = (REUSE, source)
+                pool.remove(source)
+        freed = [n for n in dead_after[i] if n not in taken_here]
+        plan.frees.append(freed)
+        pool.extend(n for n in freed if n in allocated and n not in pinned and _poolable(graph.name_to_buffer[n]))
+    taken = {source for _, source in plan.takes.values()}
+    plan.frees = [[n for n in names if n not in taken] for names in plan.frees]
+    return plan
+
+
+def _allocated_buffers(scheduler, group):
+    """The buffers a kernel writes to memory, in order (an empty kernel allocates its
+    outputs fresh: nothing to plan)."""
+    if isinstance(group, FallbackNode) or group.is_empty():
+        return []
+    internal = scheduler.internal_buffers(group)
+    return [node.buffer for node in sorted(group.nodes, key=lambda n: n.position) if node.name not in internal]
+
+
+def _in_place_source(scheduler, graph, group, buffer, dying, allocated, pinned, taken_here):
+    node = next(n for n in group.nodes if n.name == buffer.name)
+    if node.is_reduction() or node.is_template:   # a GEMM template reads whole rows and columns
+        return None
+    readers = {}
+    for other in group.nodes:
+        for name in other.read_names:
+            readers.setdefault(name, []).append(other)
+    reads, write = extract_deps(node.buffer, node.x_sizes, node.r_sizes)
+    for name in sorted(node.read_names):
+        if name not in dying or name not in allocated or name in pinned or name in taken_here:
+            continue
+        if readers.get(name) != [node] or not _same_layout(graph.name_to_buffer[name].layout, buffer.layout):
+            continue
+        deps = [dep for dep in reads if dep.name == name]
+        if deps and all(not dep.indirect and dep.index == write.index for dep in deps):
+            return name
+    return None
+
+
+def _reusable(graph, buffer, pool, exact_only):
+    """The most recently freed buffer of ``pool`` that can hold ``buffer``, preferring one
+    of the same layout. ``exact_only``: a graph output is never a reinterpreted tensor."""
+    if not _poolable(buffer):
+        return None
+    candidates = [name for name in reversed(pool) if _same_storage(graph.name_to_buffer[name].layout, buffer.layout)]
+    exact = [name for name in candidates if _same_layout(graph.name_to_buffer[name].layout, buffer.layout)]
+    if exact:
+        return exact[0]
+    return candidates[0] if candidates and not exact_only else None
+
+
+def _poolable(buffer) -> bool:
+    layout = buffer.layout
+    return layout.offset == 0 and not sym.same_size(layout.storage_size(), 0)
+
+
+def _same_storage(a, b) -> bool:
+    return a.device == b.device and a.dtype == b.dtype and sym.same_size(a.storage_size(), b.storage_size())
+
+
+def _same_layout(a, b) -> bool:
+    return _same_storage(a, b) and sym.same_sizes(a.size, b.size) and sym.same_sizes(a.stride, b.stride) \
+        and sym.same_size(a.offset, b.offset)
+
+
+def _shared_memory(scheduler):
+    """(shared, bound): buffers whose memory another name may share or a node may write
+    into later, never taken over; buffers whose memory is another's, never planned."""
+    shared, bound = set(), set()
+    for group in scheduler.groups:
+        if isinstance(group, FallbackNode):
+            if _may_alias_or_mutate(group.kernel.op):
+                shared |= set(group.read_names) | set(group.output_names)
+            continue
+        for node in group.nodes:
+            if isinstance(node.buffer, MutationBuffer):    # a scatter's result is its target's memory
+                shared.add(node.buffer.target.name)
+                bound.add(node.name)
+            elif isinstance(node.buffer, ComputedBuffer):
+                _, write = extract_deps(node.buffer, node.x_sizes, node.r_sizes)
+                if write.name != node.name:
+                    shared |= {write.name, node.name}
+                    bound.add(node.name)
+    return shared, bound
+
+
+def _may_alias_or_mutate(op) -> bool:
+    schema = getattr(op, "_schema", None)
+    if not isinstance(op, torch._ops.OpOverload) or schema is None:
+        return True
+    return any(arg.alias_info is not None for arg in (*schema.arguments, *schema.returns))
