@@ -244,14 +244,59 @@ def test_mode_and_options_turn_it_on(device, monkeypatch):
         assert_matmuls(device, torch.float32, 1)
 
 
+def assert_symbolic_reason(device):
+    """mm fell back, for its symbolic sizes where this column has a template."""
+    reason = metrics.fallbacks["aten.mm.default"]
+    assert "static sizes" in reason if has_template(device) else "no GEMM template" in reason
+
+
 def test_symbolic_sizes_fall_back_to_aten(device):
-    """The template needs static sizes: a graph compiled for every size keeps aten."""
-    fn = torch.compile(lambda x, w: (x @ w).relu(), backend="tritonfuse", dynamic=True)
-    for rows in (20, 33):
-        x, w = rand(rows, 16, device=device), rand(16, 17, device=device)
-        assert_same(fn(x, w), (x @ w).relu())
+    """The template needs static sizes: a graph compiled once for every M (dynamic=True)
+    keeps the matmul on aten, its epilogue still one fused kernel, never a crash."""
+    fn = torch.compile(lambda x, w, b: F.gelu(x @ w + b), backend="tritonfuse", dynamic=True)
+    w, b = rand(16, 17, device=device), rand(17, device=device)
+    for rows in (20, 33, 7):
+        x = rand(rows, 16, device=device)
+        assert_same(fn(x, w, b), F.gelu(x @ w + b), **tol(torch.float32))
     assert template_kernels() == []
-    assert "aten.mm.default" in metrics.fallbacks
+    assert_symbolic_reason(device)
+    assert metrics.symbolic_graphs == 1 and metrics.static_specializations == 0 and metrics.eager_graphs == 0
+    assert metrics.generated_kernel_count == 1       # bias + GELU: one kernel for every M
+
+
+def test_symbolic_sizes_in_training(device):
+    """dynamic=True training of a linear layer under max-autotune: the forward and both
+    backward matmuls of a symbolic M stay right (on aten) for every M."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.GELU(), torch.nn.Linear(24, 5)).to(device)
+    reference = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.GELU(), torch.nn.Linear(24, 5)).to(device)
+    reference.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, backend="tritonfuse", dynamic=True)
+    for rows in (12, 31):
+        x = rand(rows, 16, device=device, low=-1, high=1)
+        x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+        compiled(x1).square().sum().backward()
+        reference(x2).square().sum().backward()
+        assert_same(x1.grad, x2.grad, **tol(torch.float32))
+        for p, q in zip(model.parameters(), reference.parameters()):
+            assert_same(p.grad, q.grad, **tol(torch.float32))
+            p.grad = q.grad = None
+    assert template_kernels() == [] and metrics.eager_graphs == 0
+    assert metrics.symbolic_graphs >= 2           # the forward and the backward, once each
+
+
+def test_a_new_shape_recompiles_symbolically_on_aten(device):
+    """Dynamo's default: the first shape compiles static (the template where this column
+    has one), a second shape recompiles with a symbolic M (aten); both right."""
+    fn = torch.compile(lambda x, w: (x @ w).relu(), backend="tritonfuse")
+    w = rand(16, 17, device=device)
+    x = rand(20, 16, device=device)
+    assert_same(fn(x, w), (x @ w).relu(), **tol(torch.float32))
+    assert_matmuls(device, torch.float32, 1)
+    x = rand(45, 16, device=device)
+    assert_same(fn(x, w), (x @ w).relu(), **tol(torch.float32))
+    assert metrics.symbolic_graphs == 1 and metrics.eager_graphs == 0
+    assert_symbolic_reason(device)
 
 
 def test_unsupported_dtype_falls_back(device):
@@ -423,6 +468,12 @@ def test_compile_options(monkeypatch, caplog):
     monkeypatch.setattr(config, "max_autotune", True)          # TRITONFUSE_MAX_AUTOTUNE=1
     assert CompileOptions.from_torch_compile("default").max_autotune
     assert not CompileOptions.from_torch_compile(None, {"max_autotune": False}).max_autotune
+    # CUDA graphs as torch.compile's modes have them; options override the mode
+    monkeypatch.setattr(config, "cudagraphs", False)
+    assert CompileOptions.from_torch_compile("max-autotune").cudagraphs
+    assert not CompileOptions.from_torch_compile("max-autotune-no-cudagraphs").cudagraphs
+    assert CompileOptions.from_torch_compile("reduce-overhead") == CompileOptions(max_autotune=True, cudagraphs=True)
+    assert not CompileOptions.from_torch_compile("max-autotune", {"cudagraphs": False}).cudagraphs
     with caplog.at_level("WARNING", logger="tritonfuse"):
         CompileOptions.from_torch_compile(None, {"no_such_option_for_test": 1})
         CompileOptions.from_torch_compile(None, {"no_such_option_for_test": 1})
