@@ -51,8 +51,8 @@ if str(_REPO) not in sys.path:  # `python scripts/bench.py` from a checkout, not
 from scripts.bench_common import (MIN_CPU_SAMPLE_S, NO_MATPLOTLIB, Bar,  # noqa: E402,F401
                                   BackendUnavailable, Notes, fmt, geomean, grouped_bars,
                                   load_average, machine_info, machine_line, markdown_table,
-                                  base_backend, inductor_pairs, pick_device, pyplot, resolve_backend, sample_interleaved,
-                                  save_figure, short_error, synchronize, time_samples,
+                                  base_backend, inductor_pairs, pick_device, pyplot, resolve_backend,
+                                  sample_interleaved, save_figure, short_error, synchronize, time_samples,
                                   tritonfuse_metrics, warn_if_busy, write_report)
 
 import torch  # noqa: E402

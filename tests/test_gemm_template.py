@@ -418,7 +418,7 @@ def test_generated_code_reads_like_a_matmul(device):
 TRITON_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
-def test_cuda_kernels_compile_for_sm90(monkeypatch):
+def test_cuda_kernels_compile_for_sm90(monkeypatch, tmp_path):
     """The kernels the cuda column would run (libdevice math, every dtype, the largest tile)
     are generated from CPU tensors and compiled for an H100 (sm_90) by Triton's own
     compiler, offline: what the interpreter cannot check (static branches, tl.dot's
@@ -427,10 +427,12 @@ def test_cuda_kernels_compile_for_sm90(monkeypatch):
     from triton.backends.compiler import GPUTarget
     from tritonfuse.codegen.triton import scheduling
     from tritonfuse.codegen.triton.overrides import TRITON_OPS
+    from tritonfuse.runtime import async_compile
     from tritonfuse.runtime.triton_launcher import TritonLauncher, load_kernel
     if "nvidia" not in getattr(triton.backends, "backends", {}):
         pytest.skip("this Triton has no NVIDIA backend")
     cuda_like = scheduling.MatmulChoice(scheduling._templates, "cpu", tuple(TRITON_TYPES), use_libdevice=True)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     monkeypatch.setattr(config, "cpu_backend", "triton")
     monkeypatch.setattr(scheduling.InterpretedTritonScheduling, "ops_table", TRITON_OPS)
     monkeypatch.setattr(scheduling.InterpretedTritonScheduling, "use_libdevice", True)
@@ -456,6 +458,12 @@ def test_cuda_kernels_compile_for_sm90(monkeypatch):
         assert "tt.dot" in compiled.asm["ttir"] and compiled.asm["cubin"]
         if dtype == torch.bfloat16:     # tensor cores, and the k loop's loads pipelined
             assert "warp_group_dot" in compiled.asm["ttgir"] and "async_copy" in compiled.asm["ttgir"]
+        # what the cuda column compiles ahead, in the compile pool: the generated pointers
+        # (aligned) and no size arguments (a template of static sizes)
+        argspec = async_compile.ArgSpec.aligned([a.dtype for a in args], ())
+        futures, _ = async_compile.CompilePool(workers=0).submit(
+            async_compile.KernelSource(launcher.name, launcher.source), [blocks], argspec, GPUTarget("cuda", 90, 32))
+        assert futures[blocks].result().asm["cubin"]
 
 
 def test_compile_options(monkeypatch, caplog):
