@@ -1,4 +1,5 @@
-"""HF models (transformers, built from small configs) compiled with tritonfuse against eager, on cuda:
+"""HF models (transformers, built from small configs) compiled with tritonfuse against eager (on cuda
+when present, else the CPU; HF_CHECK_DEVICE=cpu|cuda picks):
 inference and a training step (loss and gradients), graphs run eagerly, first-call seconds, and
 optionally a sweep over 8 sequence lengths (compiles, time).
 
@@ -6,7 +7,7 @@ optionally a sweep over 8 sequence lengths (compiles, time).
 """
 import sys, time, json, os, torch, transformers as T
 import tritonfuse
-dev = "cuda"
+dev = os.environ.get("HF_CHECK_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
 torch.manual_seed(0)
 def build(name):
     common = dict(vocab_size=1000)
