@@ -517,6 +517,8 @@ def test_threads_and_processes_meeting_new_shapes_leave_a_sound_cache(scratch):
 BAD_VALUES = {   # one bad value for every environment variable tritonfuse reads
     "TRITONFUSE_CPU_BACKEND": "gpu-please",
     "TRITONFUSE_AUTOTUNE": "fastest",
+    "TRITONFUSE_MAX_AUTOTUNE": "max-autotune",
+    "TRITONFUSE_GEMM_BACKENDS": "cublas,triton",
     "TRITONFUSE_COMPILE_WORKERS": "many",
     "TRITONFUSE_COMPILE_POOL": "gpu",
     "TRITONFUSE_AUTOTUNE_INTERPRET": "sometimes",
@@ -568,8 +570,10 @@ def test_settings_parse_their_good_values(tmp_path):
         "TRITONFUSE_GRAPH_CACHE": "off", "TRITONFUSE_MAX_SHAPE_SPECIALIZATIONS": " 3 ",
         "TRITONFUSE_COMPILE_WORKERS": "0", "TRITONFUSE_COMPILE_POOL": "Threads",
         "TRITONFUSE_CACHE_DIR": str(tmp_path), "TRITONFUSE_CXXFLAGS": "-DA=1 '-DB=2 3'",
+        "TRITONFUSE_MAX_AUTOTUNE": "on", "TRITONFUSE_GEMM_BACKENDS": " Triton, aten,",
         "XDG_CACHE_HOME": str(tmp_path / "xdg")})
     assert problems == []
+    assert values["max_autotune"] is True and values["gemm_backends"] == "aten,triton"
     assert values["cpu_backend"] == "triton" and values["autotune"] == "max" and values["debug"] is True
     assert values["graph_cache"] is False and values["max_shape_specializations"] == 3
     assert values["compile_workers"] == 0 and values["compile_pool"] == "threads"
@@ -582,7 +586,9 @@ def test_settings_parse_their_good_values(tmp_path):
                                         ("debug", "yes"), ("max_shape_specializations", -1),
                                         ("max_shape_specializations", "8"), ("cache_dir", ""),
                                         ("compile_workers", -1), ("compile_pool", "gpu"),
-                                        ("cxx", "/nonexistent/g++"), ("graph_cache", 2)])
+                                        ("cxx", "/nonexistent/g++"), ("graph_cache", 2),
+                                        ("gemm_backends", "cublas"), ("gemm_backends", ","),
+                                        ("max_autotune", "yes")])
 def test_bad_assignment_raises_at_the_assignment(name, value):
     before = getattr(config, name)
     with pytest.raises(ValueError, match=f"tritonfuse.config.{name} = .* is not valid .allowed: "):

@@ -99,7 +99,7 @@ class Subset:
     def check(self, value: Any) -> str:
         if not isinstance(value, str):
             raise ValueError
-        chosen = {word.strip().lower() for word in value.split(",")}
+        chosen = {word.strip().lower() for word in value.split(",")} - {""}
         if not chosen or not chosen <= set(self.names):
             raise ValueError
         return ",".join(name for name in self.names if name in chosen)
