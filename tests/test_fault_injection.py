@@ -582,6 +582,15 @@ def test_settings_parse_their_good_values(tmp_path):
     assert values["autotune_cache_dir"] == str(tmp_path / "xdg" / "tritonfuse" / "autotune")
 
 
+@pytest.mark.parametrize("env", ["TRITONFUSE_CACHE_DIR", "TRITONFUSE_AUTOTUNE_CACHE_DIR", "XDG_CACHE_HOME"])
+def test_folder_settings_ignore_surrounding_whitespace(tmp_path, env):
+    """As every other knob does: " /data/c\n" names /data/c, not a folder " " under the
+    working directory (nor a bad XDG_CACHE_HOME)."""
+    values, problems = config.from_environment({env: f" \t{tmp_path}\n"})
+    assert problems == []
+    assert values == config.from_environment({env: str(tmp_path)})[0]
+
+
 @pytest.mark.parametrize("name,value", [("cpu_backend", "gpu-please"), ("autotune", "fastest"),
                                         ("debug", "yes"), ("max_shape_specializations", -1),
                                         ("max_shape_specializations", "8"), ("cache_dir", ""),

@@ -119,7 +119,9 @@ class Folder:
             self.allowed = "an absolute folder path"
 
     def parse(self, text: str) -> str:
-        path = os.path.expanduser(text)
+        # surrounding whitespace is a pasting slip, not part of the name: " /data/c" would
+        # otherwise be a folder named " " under the working directory
+        path = os.path.expanduser(text.strip())
         if path.startswith("~"):     # ~someone who does not exist
             raise ValueError
         return self.check(path)
