@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -98,9 +99,12 @@ def validate_entry(entry: Any, key: str | None = None) -> str | None:
         return f"stored key {entry['key'][:12]} differs from the key it is filed under"
     if entry["versions"].get("format") != FORMAT_VERSION:
         return f"format {entry['versions'].get('format')!r} is not {FORMAT_VERSION}"
+    if not math.isfinite(entry["created"]):
+        return f"created {entry['created']!r} is not a time"
+    problem = _config_problem(entry["config"]) or _timings_problem(entry["timings_ms"])
+    if problem:
+        return problem
     config = entry["config"]
-    if not isinstance(config.get("kwargs"), dict) or not isinstance(config.get("num_warps"), int):
-        return "config lacks kwargs/num_warps"
     # Entries written by the launcher carry what the key was made of: check they agree.
     if "source_sha256" in entry and "candidates" in entry:
         recomputed = _key_from_parts(entry["source_sha256"], entry["candidates"],
@@ -109,6 +113,31 @@ def validate_entry(entry: Any, key: str | None = None) -> str | None:
             return "key does not match the entry's source/candidates/device/versions"
         if config not in entry["candidates"]:
             return "chosen config is not one of the entry's candidates"
+    return None
+
+
+def _whole(value: Any, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _config_problem(config: dict) -> str | None:
+    """Why a stored launch config could not be launched (a hand-edited or imported entry
+    is checked here, so no launch meets a block size "abc"), or None."""
+    kwargs = config.get("kwargs")
+    if not isinstance(kwargs, dict) or "num_warps" not in config:
+        return "config lacks kwargs/num_warps"
+    if not all(isinstance(name, str) and _whole(size, 1) for name, size in kwargs.items()):
+        return f"config kwargs {kwargs!r} are not whole numbers >= 1"
+    if not _whole(config["num_warps"], 1) or not _whole(config.get("num_stages", 1), 1):
+        return "config num_warps/num_stages are not whole numbers >= 1"
+    return None
+
+
+def _timings_problem(timings: dict) -> str | None:
+    """Why the timings are unusable (a NaN or a string would decide a GEMM choice), or None."""
+    for name, ms in timings.items():
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms) or ms < 0:
+            return f"timing {name!r} is {ms!r}, not a finite number of milliseconds"
     return None
 
 

@@ -141,6 +141,39 @@ def test_mismatched_entry_is_a_miss(tmp_path, tamper, reason):
         assert cache.get(key) is None
 
 
+def _hand_written(entry):
+    """An entry as a person or another tool writes it: without the key's material, so the
+    chosen config is not checked against candidates."""
+    return {k: v for k, v in entry.items() if k not in ("source_sha256", "candidates")}
+
+
+@pytest.mark.parametrize("tamper,reason", [
+    (lambda e: e["config"].update(kwargs={"XBLOCK": "abc"}), "whole numbers"),
+    (lambda e: e["config"].update(kwargs={"XBLOCK": 128.5}), "whole numbers"),
+    (lambda e: e["config"].update(kwargs={"XBLOCK": True}), "whole numbers"),
+    (lambda e: e["config"].update(num_stages="x"), "whole numbers"),
+    (lambda e: e["config"].update(num_warps=0), "whole numbers"),
+    (lambda e: e.update(timings_ms={"a": float("nan")}), "finite"),
+    (lambda e: e.update(timings_ms={"a": "fast"}), "finite"),
+    (lambda e: e.update(timings_ms={"a": -1.0}), "finite"),
+    (lambda e: e.update(created=float("inf")), "not a time"),
+])
+def test_entry_with_unusable_values_is_a_miss(tmp_path, tamper, reason):
+    """Wrong types and NaN timings in an entry with a valid record (hand-edited, or
+    imported): a miss with a warning, never a launch with them or a crash."""
+    cache = AutotuneCache(tmp_path)
+    key, entry = entry_for()
+    tampered = _hand_written(json.loads(json.dumps(entry)))
+    tamper(tampered)
+    cache_store.write(str(tmp_path / f"{key}.json"), json.dumps(tampered))
+    with pytest.warns(UserWarning, match=reason):
+        assert cache.get(key) is None
+    with pytest.raises(ValueError, match=reason):
+        cache.put(key, tampered)
+    cache.put(key, _hand_written(entry))     # a sound hand-written entry is used
+    assert cache.get(key) == _hand_written(entry)
+
+
 def test_version_change_is_a_miss(tmp_path):
     cache = AutotuneCache(tmp_path)
     key, entry = entry_for()

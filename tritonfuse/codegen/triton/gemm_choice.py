@@ -114,7 +114,8 @@ class MatmulChoice:
         key = autotune_cache.make_key(source, [c.to_dict() for c in choices], device, versions)
         cache = autotune_cache.AutotuneCache()
         entry = cache.get(key)
-        best = next((c for c in candidates if entry is not None and c.to_dict() == entry["config"]), None)
+        best = next((c for c in candidates if entry is not None and c.to_dict() == entry["config"]
+                     and str(c) in entry["timings_ms"]), None)
         cached = best is not None
         if cached:
             autotuner.stats.cache_hits += 1
