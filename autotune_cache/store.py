@@ -28,7 +28,8 @@ log = logging.getLogger("tritonfuse.autotune")
 
 # Bump when the entry layout, the key recipe or the files change: older entries then miss.
 # 2: files written through cache_store, with size/hash records
-FORMAT_VERSION = 2
+# 3: records name their file (cache_store "tritonfuse-sum 2")
+FORMAT_VERSION = 3
 BUNDLE_KIND = "tritonfuse-autotune-bundle"
 ENV_DIR = "TRITONFUSE_AUTOTUNE_CACHE_DIR"
 

@@ -67,7 +67,8 @@ _CPP_NAME = "kernel.cpp"
 _OPENMP_MISMATCH = "GOMP_"
 # Part of every build key: bump when the layout of a build folder changes.
 # 2: files written through cache_store, with size/hash records
-_BUILD_FORMAT = "2"
+# 3: records name their file (cache_store "tritonfuse-sum 2")
+_BUILD_FORMAT = "3"
 
 
 class CompilerNotFoundError(RuntimeError):
@@ -199,7 +200,7 @@ def _probe(compiler: str, user_flags: tuple[str, ...]) -> ProbeResult:
     with _state_lock:
         if (compiler, user_flags) in _probe_cache:
             return _probe_cache[(compiler, user_flags)]
-        ident = hashlib.sha256("\0".join([compiler, compiler_identity(compiler), _cpu_identity(),
+        ident = hashlib.sha256("\0".join([_BUILD_FORMAT, compiler, compiler_identity(compiler), _cpu_identity(),
                                           shlex.join(user_flags)]).encode())
         record = os.path.join(config.cache_dir, "cpp", f"probe-{ident.hexdigest()[:24]}.json")
         stored = cache_store.read(record)
@@ -338,11 +339,28 @@ def build_kernel_library(source: str, extra_flags: Sequence[str] = ()) -> BuildR
         return result
 
 
+def _key_marker(key: str) -> bytes:
+    """The string every library carries (see `_with_key_marker`) to say which build it is."""
+    return f"tritonfuse-build-key:{key}".encode()
+
+
+def _with_key_marker(source: str, key: str) -> str:
+    """`source` with the marker of its build key: a library that is sound (it matches its
+    size/hash record) but was built for another key, copied over with its record, is
+    refused before the dynamic loader sees it; its kernels may bear the same names as
+    this key's, for other sizes."""
+    return f'{source}\nextern "C" const char tritonfuse_build_key[] = "{_key_marker(key).decode()}";\n'
+
+
 def _load_cached(key: str, folder: str) -> BuildResult | None:
-    """The verified library in `folder`, loaded; None if absent, damaged or refused by the
-    dynamic loader (then deleted, to be built again)."""
+    """The verified library in `folder`, loaded; None if absent, damaged, built for another
+    key or refused by the dynamic loader (then deleted, to be built again)."""
     so_path = os.path.join(folder, _SO_NAME)
-    if not cache_store.verify(so_path):
+    data = cache_store.read(so_path)
+    if data is None:
+        return None
+    if _key_marker(key) not in data:
+        cache_store.discard(so_path, "it is the library of another build (copied from another entry?)")
         return None
     try:
         lib = _dlopen(so_path)
@@ -358,7 +376,7 @@ def _build(compiler: str, flags: list[str], source: str, key: str, folder: str) 
     import tritonfuse.config as config
 
     cache_store.sweep_once(config.cache_dir)   # the cold path: litter of killed builds
-    cpp_path, so_path = _compile(compiler, flags, source, os.path.join(folder, _CPP_NAME),
+    cpp_path, so_path = _compile(compiler, flags, _with_key_marker(source, key), os.path.join(folder, _CPP_NAME),
                                  os.path.join(folder, _SO_NAME))
     return BuildResult(_dlopen(so_path), key, so_path, cpp_path, "compiled")
 

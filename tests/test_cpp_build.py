@@ -3,6 +3,7 @@ concurrent builds, compiler discovery errors, compile errors, the ctypes callabl
 import concurrent.futures
 import ctypes
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -69,6 +70,26 @@ def _subprocess_env(cache_dir):
     return env
 
 
+def test_a_library_of_another_build_is_refused_and_rebuilt(cache_dir):
+    """A sound library (it matches its size/hash record) copied with its record into
+    another build's folder, with the same kernel name: refused before it is loaded (it
+    would compute a + b where a - b is asked), deleted and built again."""
+    first = build.build_kernel_library(_unique(ADD_SOURCE, "other-build-a"))
+    source = _unique(ADD_SOURCE.replace("(x + y)", "(x - y)"), "other-build-b")
+    second = build.build_kernel_library(source)
+    for suffix in ("", ".sum"):   # a new file (writing into the loaded one would crash us)
+        shutil.copy(first.so_path + suffix, second.so_path + suffix + ".new")
+        os.replace(second.so_path + suffix + ".new", second.so_path + suffix)
+    del build._loaded[second.key]             # as a new process sees the folder
+    repairs = tritonfuse.metrics.cache_repairs
+    again = build.build_kernel_library(source)
+    assert again.compiled and tritonfuse.metrics.cache_repairs == repairs + 1
+    kernel = build.KernelCallable(again.lib, "kernel_add", num_args=4)
+    a, b, out = torch.randn(37), torch.randn(37), torch.empty(37)
+    kernel.call_tensors(a, b, out, torch.tensor([37], dtype=torch.int64))
+    torch.testing.assert_close(out, a - b)
+
+
 def test_build_call_and_memo(cache_dir):
     source = _unique(ADD_SOURCE, "memo")
     builds = tritonfuse.metrics.cpp_builds
@@ -77,8 +98,8 @@ def test_build_call_and_memo(cache_dir):
     assert tritonfuse.metrics.cpp_builds == builds + 1
     assert os.path.exists(res.so_path) and os.path.exists(res.cpp_path)
     assert res.so_path.startswith(os.path.join(str(cache_dir), "cpp", res.key[:2], res.key))
-    with open(res.cpp_path) as f:
-        assert f.read() == source  # kept for debugging
+    with open(res.cpp_path) as f:   # kept for debugging, with the build's key marker
+        assert f.read() == build._with_key_marker(source, res.key)
 
     kernel = build.KernelCallable(res.lib, "kernel_add", num_args=4)
     a, b = torch.randn(1000 + 3), torch.randn(1000 + 3)

@@ -125,12 +125,12 @@ class Case:
         env.update(env_extra)
         return env
 
-    def run(self, backend, as_nobody=False, **env_extra):
-        """The runner's report; the process must exit normally (no SIGBUS, no traceback)."""
+    def run(self, backend, as_nobody=False, runner=RUNNER, **env_extra):
+        """The `runner` script's report; the process must exit normally (no SIGBUS, no traceback)."""
         env = self.env(backend, **env_extra)
         script = os.path.join(self.root, "runner.py")
         with open(script, "w") as f:
-            f.write(RUNNER)
+            f.write(runner)
         os.chmod(script, 0o644)
         argv = [sys.executable, script]
         done = subprocess.run(_as_nobody(argv) if as_nobody else argv, cwd=self.work, env=env,
@@ -346,6 +346,52 @@ def test_stale_temporary_files_are_swept_by_the_next_compile(warm, scratch):
     assert_rebuilt(module, original)
     assert not os.path.exists(orphan)
     assert os.path.exists(fresh)    # may belong to a build in another process
+
+
+TWO_GRAPHS_RUNNER = r'''
+import json
+import torch
+import tritonfuse
+from tritonfuse import metrics
+
+torch.manual_seed(0)
+x, y = torch.randn(64, 128), torch.randn(64, 128)
+problems = []
+for fn in (lambda x, y: torch.relu(x * y + 1) * 2, lambda x, y: torch.sigmoid(x - y) * 3 + x):
+    try:
+        torch.testing.assert_close(torch.compile(fn, backend="tritonfuse")(x, y), fn(x, y))
+    except AssertionError as error:
+        problems.append(str(error))
+print(json.dumps({"problems": problems, "eager_graphs": metrics.eager_graphs,
+                  "cache_repairs": metrics.cache_repairs}))
+'''
+
+
+def test_an_entry_copied_with_its_record_over_another_is_rebuilt(scratch):
+    """Two graphs' modules swapped together with their size/hash records: each is a sound
+    file, of the wrong graph (this gave the other graph's results). Records name their
+    file, so both fail the check and are rebuilt."""
+    case = Case(os.path.join(scratch, f"case-{next(_counter)}"))
+    assert case.run("cpp", runner=TWO_GRAPHS_RUNNER) == {"problems": [], "eager_graphs": 0, "cache_repairs": 0}
+    first, second = files_of(case, "graph module")
+    for suffix in ("", cache_store.RECORD_SUFFIX):
+        os.rename(first + suffix, first + suffix + ".swap")
+        os.rename(second + suffix, first + suffix)
+        os.rename(first + suffix + ".swap", second + suffix)
+    report = case.run("cpp", runner=TWO_GRAPHS_RUNNER)
+    assert report["problems"] == [] and report["eager_graphs"] == 0, case.stderr[-3000:]
+    assert report["cache_repairs"] == 2 and "copied from another entry" in case.stderr
+
+
+def test_a_record_names_its_file(tmp_path):
+    one, other = str(tmp_path / "gone.py"), str(tmp_path / "gother.py")
+    cache_store.write(one, b"first")
+    cache_store.write(other, b"second")
+    shutil.copy(other, one)
+    shutil.copy(other + cache_store.RECORD_SUFFIX, one + cache_store.RECORD_SUFFIX)
+    data, why = cache_store.check(one)
+    assert data is None and "record of 'gother.py'" in why
+    assert cache_store.check(other) == (b"second", None)
 
 
 @pytest.mark.parametrize("intruder", ["folder", "pipe", "symlink to a folder"])

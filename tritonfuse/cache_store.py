@@ -14,8 +14,10 @@ C++ sources and libraries, Triton kernel files, compiler probe records, autotune
 
 Writes. The data goes to a temporary file in the target's folder, is fsynced and then
 ``os.replace``d over the target, so a reader sees the old file or the new one, never a
-torn one. The record ``<file>.sum`` (one line: ``tritonfuse-sum 1 <size> <sha256>``) is
-written the same way, after the file.
+torn one. The record ``<file>.sum`` (one line: ``tritonfuse-sum 2 <size> <sha256> <name>``)
+is written the same way, after the file. The name binds the record to its file: a file
+copied with its record over another entry's (whose names are keys) fails the check,
+where it would otherwise be a sound file of the wrong graph.
 
 Reads. A file is used only when its size and sha256 match its record. A file that does
 not match (cut short by a crash or a full disk, emptied, overwritten, unreadable, or
@@ -59,7 +61,7 @@ RECORD_SUFFIX = ".sum"
 TEMP_PREFIX = ".tmp_"
 LOCK_NAME = ".lock"
 STALE_SECONDS = 15 * 60
-_RECORD_TAG = "tritonfuse-sum 1"
+_RECORD_TAG = "tritonfuse-sum 2"
 # Temporary-file prefixes of earlier versions, swept too.
 TEMP_PREFIXES = (TEMP_PREFIX, ".tmp-")
 # The sub-folders of a cache root that hold tritonfuse's files (the sweep stays inside them).
@@ -77,8 +79,9 @@ _unwritable_reported = False
 
 # --- records --------------------------------------------------------------------------------
 
-def _record_line(data: bytes) -> bytes:
-    return f"{_RECORD_TAG} {len(data)} {hashlib.sha256(data).hexdigest()}\n".encode()
+def _record_line(path: str, data: bytes) -> bytes:
+    name = os.path.basename(path)
+    return f"{_RECORD_TAG} {len(data)} {hashlib.sha256(data).hexdigest()} {name}\n".encode()
 
 
 def check(path: str) -> tuple[bytes | None, str | None]:
@@ -92,8 +95,8 @@ def check(path: str) -> tuple[bytes | None, str | None]:
         if why is ABSENT:
             return None, "it has no size/hash record (its write never finished?)"
         return None, f"its size/hash record is {why}"
-    if record != _record_line(data):
-        return None, _mismatch(data, record)
+    if record != _record_line(path, data):
+        return None, _mismatch(path, data, record)
     return data, None
 
 
@@ -118,10 +121,12 @@ def _read_regular(path: str) -> tuple[bytes | None, str]:
         os.close(fd)
 
 
-def _mismatch(data: bytes, record: bytes) -> str:
-    parts = record.decode("ascii", "replace").split()
-    if len(parts) != 4 or " ".join(parts[:2]) != _RECORD_TAG or not parts[2].isdigit():
-        return "its size/hash record is damaged"
+def _mismatch(path: str, data: bytes, record: bytes) -> str:
+    parts = record.decode("utf-8", "replace").rstrip("\n").split(" ", 4)
+    if len(parts) != 5 or " ".join(parts[:2]) != _RECORD_TAG or not parts[2].isdigit():
+        return "its size/hash record is damaged or of another version"
+    if parts[4] != os.path.basename(path):
+        return f"its size/hash record is the record of {parts[4]!r} (copied from another entry?)"
     if int(parts[2]) != len(data):
         return f"it holds {len(data)} bytes where {parts[2]} were written"
     return "its content differs from what was written"
@@ -228,7 +233,7 @@ def _write_in(path: str, data: bytes, record: bool) -> str:
 
 
 def _write_record(path: str, data: bytes) -> None:
-    tmp = _durable_temp(os.path.dirname(path), _record_line(data))
+    tmp = _durable_temp(os.path.dirname(path), _record_line(path, data))
     try:
         _replace(tmp, path + RECORD_SUFFIX)
     except BaseException:

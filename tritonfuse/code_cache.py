@@ -22,7 +22,8 @@ from . import cache_store, config
 from .codegen.registry import get_scheduling_class, split_reduction_target
 
 # 2: entries carry cache_store size/hash records
-FORMAT_VERSION = 2
+# 3: records name their file (cache_store "tritonfuse-sum 2")
+FORMAT_VERSION = 3
 
 
 def _versions():
