@@ -83,6 +83,17 @@ def test_shifts_out_of_range_like_eager(device, dtype):
     check(fn, a, s)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_negative_and_out_of_range_literals_like_eager(device, dtype):
+    """A Python scalar takes the value the tensor's dtype holds (-3 as uint8 is 253): the
+    Triton column sent every uint8 graph with a negative literal to eager ("Cannot perform
+    a binary operation between an unsigned tensor and a negative scalar")."""
+    def fn(x):
+        return (x + (-5), x * -2, x // -3, x % -3, torch.fmod(x, -3), x & -3, x | -128,
+                torch.where(x > 3, x, -1), torch.div(x, -3, rounding_mode="trunc"))
+    check(fn, _edges(dtype, device))
+
+
 @pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int32], ids=["int8", "uint8", "int32"])
 def test_row_values_wrap_like_eager(device, dtype):
     # values computed once per row (after a reduction) are scalars in C++ kernels, where

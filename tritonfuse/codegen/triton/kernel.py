@@ -367,6 +367,11 @@ class TritonKernel:
     def constant(self, value, dtype):
         if dtype in (torch.float16, torch.bfloat16):   # the value a tensor of that dtype holds
             value = float(torch.tensor(float(value), dtype=dtype))
+        elif _is_integer(dtype) and not isinstance(value, float):
+            # also the value that dtype holds: -3 as uint8 is 253, as eager casts a scalar
+            # (Triton refuses a negative constant next to an unsigned tensor)
+            info = torch.iinfo(dtype)
+            value = (int(value) - info.min) % (1 << info.bits) + info.min
         return Constant(triton_constant(value, compute_dtype(dtype)), dtype, value=value)
 
     def to_dtype(self, value, dtype):
