@@ -82,3 +82,18 @@ def test_pow_with_a_constant_float_exponent(device):
     x = rand(5, 7, device=device)
     check(lambda a: (a.abs() ** 0.37, (-a) ** 3.0, a ** -2.0), x)
     _kernels_only()
+
+
+def test_empty_tensors_take_eagers_layout(device):
+    """empty* are zero-filled buffers (any value is right): no aten allocation between
+    kernels, and each output has eager's size, strides and dtype."""
+    def fn(x):
+        return (torch.empty_permuted((2, 3, 4), (2, 0, 1), device=x.device), x.new_empty_strided((3, 4), (1, 3)),
+                torch.empty_like(x.t()), torch.empty(5, dtype=torch.int32, device=x.device))
+    x = rand(4, 3, device=device)
+    expected = fn(x)
+    actual = torch.compile(fn, backend="tritonfuse")(x)
+    assert tritonfuse.metrics.eager_graphs == 0
+    for a, e in zip(actual, expected):
+        assert (a.shape, a.stride(), a.dtype, a.device) == (e.shape, e.stride(), e.dtype, e.device)
+    _kernels_only()

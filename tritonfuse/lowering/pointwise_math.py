@@ -27,8 +27,8 @@ PRIMITIVE_UNARY = {
 }
 COMPOSITE_UNARY = {
     aten.erfinv: composite.erfinv, aten.digamma: composite.digamma, aten.i0: composite.i0,
-    aten.sinc: composite.sinc, aten.special_i0e: composite.i0e, aten.special_i1: composite.i1,
-    aten.special_i1e: composite.i1e, aten.special_modified_bessel_i0: composite.i0,
+    aten.sinc: composite.sinc, aten.angle: composite.angle, aten.special_i0e: composite.i0e,
+    aten.special_i1: composite.i1, aten.special_i1e: composite.i1e, aten.special_modified_bessel_i0: composite.i0,
     aten.special_modified_bessel_i1: composite.i1, aten.special_ndtri: composite.ndtri,
     aten.special_log_ndtr: composite.log_ndtr, aten.special_entr: composite.entr,
     aten.special_spherical_bessel_j0: composite.spherical_bessel_j0,
