@@ -1,6 +1,6 @@
 """Ops that the OpInfo sweep found running as aten calls while Inductor makes kernels for
 them: they now go through torch._decomp's decompositions (tritonfuse/decompositions.py)
-or a lowering of their own (unfold, index_add/copy/fill of 0-d tensors), generate kernels
+or a lowering of their own (unfold, empty*, index_add/copy/fill of 0-d tensors), generate kernels
 on every column of the device matrix, leave no aten call behind and match eager."""
 import pytest
 import torch
