@@ -304,6 +304,12 @@ def write_report(args, names, results, path: Path):
             lines.append(f"| Inductor | **{ind_counts['pass']}** | — | — | — | {ind_counts['eager']} | "
                          f"{ind_counts['wrong']} | {ind_counts['crash']} | {ind_counts['skip']} | "
                          f"{ind_counts['unsupported']} | {ind_missing} |")
+        both = [n for n in names if (n, dtype) in tf and (n, dtype) in ind
+                and "unsupported" not in (tf[(n, dtype)]["outcome"], ind[(n, dtype)]["outcome"])]
+        if ind and ind_missing:
+            lines += ["", f"On the {len(both)} ops both compilers ran: tritonfuse "
+                      f"**{sum(tf[(n, dtype)]['outcome'] in GOOD for n in both)}** correct, Inductor "
+                      f"**{sum(ind[(n, dtype)]['outcome'] in GOOD for n in both)}**."]
         if tf_missing or (ind and ind_missing):
             lines += ["", "*Not run*: ops the sweep did not reach before its `--time-limit`; run "
                       "the same command again with the same state folder to carry on."]

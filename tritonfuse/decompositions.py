@@ -38,7 +38,7 @@ DECOMPOSED_OPS = [
     # ranges, im2col, dropout's backward
     "glu", "celu", "threshold", "_prelu_kernel", "soft_margin_loss", "native_dropout_backward",
     "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "rot90", "diag_embed",
-    "block_diag", "eye", "linspace", "logspace", "renorm", "linalg_cross", "ldexp", "dist",
+    "block_diag", "linspace", "logspace", "renorm", "linalg_cross", "ldexp", "dist",
     "im2col", "unfold_copy", "_chunk_cat", "max_unpool2d", "max_unpool3d", "grid_sampler_2d",
     "adaptive_max_pool2d", "adaptive_max_pool3d",
 ]
