@@ -228,6 +228,12 @@ def _inductor_cell(record):
     return "pass" if record["outcome"] in GOOD else record["outcome"]
 
 
+def _inductor_detail(record):
+    """The per-op cell: pass with kernels, or pass without one (aten calls or views only)."""
+    cell = _inductor_cell(record)
+    return "pass, no kernel" if cell == "pass" and record["outcome"] != "pass" else cell
+
+
 def _note(record, other):
     note = ""
     if record is not None:
@@ -273,7 +279,8 @@ def write_report(args, names, results, path: Path):
               "**eager** = a graph ran eagerly (tritonfuse could not compile it, or the backend handed an error "
               "back to Dynamo, which ran the op outside any graph); **wrong** = a result differs from eager; "
               "**crash** = the compiled call raised; **skip** = eager rejects every sample. For Inductor, "
-              "**pass** covers pass, views and fallback. Random ops (dropout, rand_like, ...) and `empty*` "
+              "**pass** covers pass, views and fallback (per op, *pass, no kernel* where its run of the op "
+              "alone generated no kernel). Random ops (dropout, rand_like, ...) and `empty*` "
               "compare shapes and dtypes only, for both compilers. The *test* column is what "
               "tests/test_opinfo.py makes of it (tests/opinfo_expectations.py): an allowed fallback (Inductor "
               "runs it as aten too), a pending lowering (issue 9, point 5), a lowering gap (Inductor generates "
@@ -297,6 +304,12 @@ def write_report(args, names, results, path: Path):
             lines.append(f"| Inductor | **{ind_counts['pass']}** | — | — | — | {ind_counts['eager']} | "
                          f"{ind_counts['wrong']} | {ind_counts['crash']} | {ind_counts['skip']} | "
                          f"{ind_counts['unsupported']} | {ind_missing} |")
+        both = [n for n in names if (n, dtype) in tf and (n, dtype) in ind
+                and "unsupported" not in (tf[(n, dtype)]["outcome"], ind[(n, dtype)]["outcome"])]
+        if ind and ind_missing:
+            lines += ["", f"On the {len(both)} ops both compilers ran: tritonfuse "
+                      f"**{sum(tf[(n, dtype)]['outcome'] in GOOD for n in both)}** correct, Inductor "
+                      f"**{sum(ind[(n, dtype)]['outcome'] in GOOD for n in both)}**."]
         if tf_missing or (ind and ind_missing):
             lines += ["", "*Not run*: ops the sweep did not reach before its `--time-limit`; run "
                       "the same command again with the same state folder to carry on."]
@@ -312,7 +325,7 @@ def write_report(args, names, results, path: Path):
             other = ind.get((name, dtype))
             status = _status(name, record, args.device, tables) if record is not None else "—"
             lines.append(f"| `{name}` | {dtype} | {record['outcome'] if record else '—'} | {status} | "
-                         f"{_inductor_cell(other)} | {_note(record, other)} |")
+                         f"{_inductor_detail(other)} | {_note(record, other)} |")
     path.write_text("\n".join(lines) + "\n")
     print(f"wrote {path}")
 

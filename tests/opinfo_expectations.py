@@ -3,8 +3,9 @@ torch's OpInfo table, besides "results match eager and the op generated kernels"
 
     ALLOWED_FALLBACKS   the op may run entirely as aten calls: Inductor does the same
                         (its sweep on the same samples generates no kernel for it)
-    PENDING_LOWERINGS   lowerings being written (issue 9, point 5): they fall back for now;
-                        not accepted as a pass, only named so a failure says why
+    PENDING_LOWERINGS   ops Inductor generates kernels for that still run as aten calls here,
+                        with the reason; not accepted as a pass, only named so a failure
+                        says why
     EXPECTED_FAILURES   per device column ("all" = every column): the op cannot pass, for
                         a reason that holds for Inductor too
 
@@ -23,6 +24,9 @@ DATA_DEPENDENT = "Inductor also runs it as aten: an output whose size or content
 EXTERN = "Inductor also runs it as aten: it has no decomposition or lowering of it either"
 RANDOM = "Inductor also runs it as aten: random numbers drawn by the aten op"
 VIEW_COPY = "Inductor also runs it as aten: a view that aot_autograd keeps as a copy op"
+COMPLEX = "Inductor also runs it as aten: complex numbers"
+LARGE_WINDOW = ("Inductor also runs it as aten: max pooling over a window of more than 25 elements (the sample's "
+                "3x3x3) falls back in both (Inductor's should_fallback_max_pool_with_indices)")
 
 # ---- allowed fallbacks: ops Inductor leaves to aten as well -----------------------------------
 
@@ -61,45 +65,36 @@ ALLOWED_FALLBACKS = {
         "linalg.matrix_rank.hermitian", "linalg.cond", "pinverse", "linalg.norm.subgradients_at_zero",
         "norm.nuc", "linalg.matrix_norm",
     ], LINALG),
+    # complex numbers
+    **dict.fromkeys(["view_as_complex", "complex", "polar", "cdouble", "cfloat", "chalf"], COMPLEX),
+    # data-dependent outputs
+    **dict.fromkeys(["masked_scatter", "nonzero_static", "histogram", "histogramdd", "histc"], DATA_DEPENDENT),
+    # no kernel from Inductor either on the sweep's samples (docs/results/opinfo_cpu.md)
+    **dict.fromkeys([
+        "eye", "cdist", "nn.functional.pdist", "bucketize", "searchsorted", "nn.functional.embedding_bag",
+        "grid_sampler_3d", "hash_tensor", "_segment_reduce.lengths", "_segment_reduce.offsets",
+        "index_reduce.prod", "index_reduce.amin", "index_reduce.amax", "_upsample_bilinear2d_aa",
+        "nn.functional.linear_cross_entropy.chunked", "nn.functional.linear_cross_entropy.chunked_none",
+    ], EXTERN),
+    "nn.functional.max_pool3d": LARGE_WINDOW,
 }
 
-# ---- pending lowerings (issue 9, point 5; written by other engineers) ---------------------------
+# ---- pending lowerings: ops Inductor makes kernels for that still run as aten here ------------
 
-_PENDING = "falls back until its lowering lands (issue 9, point 5)"
-PENDING_LOWERINGS = dict.fromkeys([
-    # pointwise
-    "asin", "acos", "atan", "atan2", "sinh", "cosh", "asinh", "acosh", "atanh", "log10", "erfc", "erfinv",
-    "lgamma", "digamma", "i0", "hypot", "copysign", "nextafter", "fmax", "fmin", "logaddexp", "logaddexp2",
-    "signbit", "heaviside", "sinc", "polygamma.polygamma_n_0", "polygamma.polygamma_n_1",
-    "polygamma.polygamma_n_2", "polygamma.polygamma_n_3", "polygamma.polygamma_n_4",
-    "mvlgamma.mvlgamma_p_1", "mvlgamma.mvlgamma_p_3", "mvlgamma.mvlgamma_p_5",
-    "special.i0e", "special.i1", "special.i1e", "special.ndtr", "special.ndtri", "special.log_ndtr",
-    "special.erfcx", "special.xlog1py", "special.zeta", "special.entr", "special.polygamma.special_polygamma_n_0",
-    "special.airy_ai", "special.bessel_j0", "special.bessel_j1", "special.bessel_y0", "special.bessel_y1",
-    "special.modified_bessel_i0", "special.modified_bessel_i1", "special.modified_bessel_k0",
-    "special.modified_bessel_k1", "special.scaled_modified_bessel_k0", "special.scaled_modified_bessel_k1",
-    "special.spherical_bessel_j0", "special.chebyshev_polynomial_t", "special.chebyshev_polynomial_u",
-    "special.chebyshev_polynomial_v", "special.chebyshev_polynomial_w", "special.hermite_polynomial_h",
-    "special.hermite_polynomial_he", "special.laguerre_polynomial_l", "special.legendre_polynomial_p",
-    "special.shifted_chebyshev_polynomial_t", "special.shifted_chebyshev_polynomial_u",
-    "special.shifted_chebyshev_polynomial_v", "special.shifted_chebyshev_polynomial_w",
-    # index ops
-    "gather", "index_select", "take", "take_along_dim", "scatter", "scatter_add", "index_add", "index_put",
-    "_unsafe_masked_index", "_unsafe_masked_index_put_accumulate", "nn.functional.nll_loss",
-    "nn.functional.embedding",
-    # scans
-    "cumsum", "cumprod", "logcumsumexp", "masked.cumsum", "masked.cumprod",
-    # layout
-    "flip", "fliplr", "flipud", "roll", "rot90", "tril", "triu", "nn.functional.pad.reflect",
-    "nn.functional.pad.replicate", "nn.functional.pad.replicate_negative", "repeat", "tile",
-    # pooling and resampling
-    "nn.functional.avg_pool1d", "nn.functional.avg_pool2d", "nn.functional.avg_pool3d",
-    "nn.functional.max_pool1d", "nn.functional.max_pool2d", "nn.functional.max_pool3d",
-    "nn.functional.adaptive_avg_pool1d", "nn.functional.adaptive_avg_pool2d", "nn.functional.adaptive_avg_pool3d",
-    "nn.functional.interpolate.nearest", "nn.functional.interpolate.nearest-exact",
-    "nn.functional.interpolate.bilinear", "nn.functional.interpolate.area", "nn.functional.upsample_nearest",
-    "nn.functional.upsample_bilinear",
-], _PENDING)
+_LOOP = ("a loop whose trip count is a value of the tensor (the polynomial's degree n, or the zeta / Airy "
+         "series run to convergence): needs a loop primitive in the op table that both backends spell")
+_GPU_ORDER = ("on a GPU tritonfuse keeps eager's deterministic kernel for accumulating index_put (colliding "
+              "float sums in eager's order; README, indirect writes); on the CPU it generates a kernel")
+PENDING_LOWERINGS = {
+    **dict.fromkeys([
+        "special.zeta", "special.airy_ai", "special.chebyshev_polynomial_t", "special.chebyshev_polynomial_u",
+        "special.chebyshev_polynomial_v", "special.chebyshev_polynomial_w", "special.hermite_polynomial_h",
+        "special.hermite_polynomial_he", "special.laguerre_polynomial_l", "special.legendre_polynomial_p",
+        "special.shifted_chebyshev_polynomial_t", "special.shifted_chebyshev_polynomial_u",
+        "special.shifted_chebyshev_polynomial_v", "special.shifted_chebyshev_polynomial_w",
+    ], _LOOP),
+    "_unsafe_masked_index_put_accumulate": _GPU_ORDER,
+}
 
 # ---- expected failures: {column: {op: reason}}; "all" applies to every column --------------------
 

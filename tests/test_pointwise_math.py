@@ -38,7 +38,14 @@ UNARY = {
     "special_spherical_j0": (torch.special.spherical_bessel_j0, -10, 10),
     "trigamma": (lambda x: torch.polygamma(1, x), -5.5, 20),
     "polygamma0": (lambda x: torch.polygamma(0, x), -5.5, 20),
-    "signbit": (torch.signbit, -2, 2),
+    "signbit": (torch.signbit, -2, 2), "angle": (torch.angle, -2, 2),
+    # Bessel functions of the first and second kind, modified ones of the second kind
+    "special_bessel_j0": (torch.special.bessel_j0, -40, 40), "special_bessel_j1": (torch.special.bessel_j1, -40, 40),
+    "special_bessel_y0": (torch.special.bessel_y0, -1, 40), "special_bessel_y1": (torch.special.bessel_y1, -1, 40),
+    "special_bessel_k0": (torch.special.modified_bessel_k0, -0.5, 30),
+    "special_bessel_k1": (torch.special.modified_bessel_k1, -0.5, 30),
+    "special_scaled_k0": (torch.special.scaled_modified_bessel_k0, -0.5, 60),
+    "special_scaled_k1": (torch.special.scaled_modified_bessel_k1, -0.5, 60),
 }
 # edges where eager's float32 result depends on its code path (vectorized or not) or is
 # too ill-conditioned to compare
@@ -84,7 +91,8 @@ def test_unary_float64(device, name):
 
 
 # ops that take integer tensors: eager computes them in float32 (INT_TO_FLOAT)
-INTEGER_UNARY = ["atan", "log10", "erfc", "lgamma", "digamma", "i0", "sinc", "special_i1e", "signbit", "asinh"]
+INTEGER_UNARY = ["atan", "log10", "erfc", "lgamma", "digamma", "i0", "sinc", "special_i1e", "signbit", "asinh",
+                 "angle"]
 
 
 @pytest.mark.parametrize("name", INTEGER_UNARY)

@@ -33,6 +33,14 @@ DECOMPOSED_OPS = [
     "diagonal_backward",
     # small linear algebra into mul + sum (large matmuls stay aten fallbacks)
     "dot", "addmv", "baddbmm", "trace",
+    # ops Inductor turns into kernels through the same decompositions (the OpInfo sweep's
+    # lowering gaps): activations, losses, shuffles and rotations, diagonal fills,
+    # ranges, im2col, dropout's backward
+    "glu", "celu", "threshold", "_prelu_kernel", "soft_margin_loss", "native_dropout_backward",
+    "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "rot90", "diag_embed",
+    "block_diag", "linspace", "logspace", "renorm", "linalg_cross", "ldexp", "dist",
+    "im2col", "unfold_copy", "_chunk_cat", "max_unpool2d", "max_unpool3d", "grid_sampler_2d",
+    "adaptive_max_pool2d", "adaptive_max_pool3d",
 ]
 
 

@@ -4,7 +4,7 @@ Each function takes its operands (``ops`` values) and the computation dtype (flo
 float64: lowerings upcast 16-bit floats), and follows eager PyTorch's formulas and special
 values, so the results agree with eager to rounding. No backend ever sees these names.
 
-    fmax fmin logaddexp logaddexp2 heaviside sinc xlog1py entr        (one-liners)
+    fmax fmin logaddexp logaddexp2 heaviside sinc angle xlog1py entr  (one-liners)
     spherical_bessel_j0
     digamma trigamma erfinv ndtri log_ndtr                            (recurrences, Halley steps)
     i0 i0e i1 i1e                                                     (Chebyshev series)
@@ -93,6 +93,12 @@ def sinc(x, dtype):
     """sin(pi x) / (pi x), 1 at 0."""
     product = ops.mul(_c(math.pi, dtype), x)
     return ops.where(ops.eq(x, _c(0, dtype)), _c(1, dtype), ops.truediv(ops.sin(product), product))
+
+
+def angle(x, dtype):
+    """The argument of a real number: pi below 0, 0 from 0 up, NaN kept."""
+    value = ops.where(ops.lt(x, _c(0, dtype)), _c(math.pi, dtype), _c(0, dtype))
+    return ops.where(ops.isnan(x), x, value)
 
 
 def xlog1py(x, y, dtype):

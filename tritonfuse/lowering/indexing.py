@@ -25,6 +25,7 @@ from ..ops_table import reduction_identity
 from ..virtualized import ops
 from .registry import Unsupported, aten, broadcast_shapes, expand, make_loader, register_lowering
 from .tensor_ops import _check_dtype, _meta
+from .views import view
 
 _INDEX_DTYPES = (torch.int64, torch.int32)
 # scatter_reduce / scatter(reduce=) names -> ops_table.SCATTER_MODES
@@ -190,11 +191,12 @@ def take(x, index):
 
 def _fresh_copy(x: TensorBox, dtype, layout_like=None):
     """A new buffer holding ``x`` as ``dtype``, for a scatter to write into: laid out as
-    ``layout_like`` (eager's result) when that is dense, else contiguous."""
+    ``layout_like`` (eager's result, when it has x's rank: not for a 0-d x seen as a vector)
+    when that is dense, else contiguous."""
     from ..graph import _is_dense
     size = list(x.get_size())
     layout = None
-    if layout_like is not None and dtype == layout_like.dtype:
+    if layout_like is not None and dtype == layout_like.dtype and layout_like.dim() == len(size):
         shape, stride = sym.sizes_of(layout_like.shape), sym.sizes_of(layout_like.stride())
         if _is_dense(shape, stride):
             layout = Layout(x.get_device(), dtype, shape, stride)
@@ -407,6 +409,8 @@ def _mask_put(x, indices, values, accumulate):
 
 @register_lowering(aten.index_add)
 def index_add(x, dim, index, source, alpha=1):
+    if not x.get_size():
+        return view(index_add(_vector(x), 0, index, _vector(source), alpha), [])
     dtype = x.get_dtype()
     source_loader = make_loader(source, dtype)
 
@@ -418,6 +422,8 @@ def index_add(x, dim, index, source, alpha=1):
 
 @register_lowering(aten.index_copy)
 def index_copy(x, dim, index, source):
+    if not x.get_size():
+        return view(index_copy(_vector(x), 0, index, _vector(source)), [])
     return _along_dim(x, dim, index, list(source.get_size()), _Pass(make_loader(source, x.get_dtype())),
                       "index_copy", [source])
 
@@ -426,11 +432,18 @@ def index_copy(x, dim, index, source):
 def index_fill(x, dim, index, value):
     if isinstance(value, TensorBox) and value.get_size():
         raise Unsupported("index_fill with a tensor of several elements")
+    if not x.get_size():
+        return view(index_fill(_vector(x), 0, index, value), [])
     size = list(x.get_size())
     dim_ = _normalize_dim(dim, len(size)) if size else 0
     ranges = size[:dim_] + (list(index.get_size()) or [sympy.Integer(1)]) + size[dim_ + 1:]
     value_loader = make_loader(value, x.get_dtype())
     return _along_dim(x, dim, index, ranges, _Pass(lambda i: value_loader([]), uniform=True), "index_fill")
+
+
+def _vector(t):
+    """A 0-d tensor as a 1-element vector (index_add/copy/fill of 0-d tensors: dim 0 of it)."""
+    return view(t, [1]) if not t.get_size() else t
 
 
 def _along_dim(x, dim, index, ranges, write, origin, sources=()):

@@ -1,7 +1,8 @@
 """Lowerings of the math ops beyond the basics: inverse trigonometric and hyperbolic
 functions, erfc/erfinv/lgamma/digamma/i0, the two-operand float ops (atan2, hypot,
 copysign, nextafter, fmax, fmin, logaddexp), signbit, heaviside, sinc and the
-``torch.special`` functions Inductor lowers.
+``torch.special`` functions Inductor lowers (the Bessel functions J, Y and K from
+special_bessel.py).
 
 Each is a primitive of the op table (spelled by every backend) or a composite of
 math_composites.py (written once). Type promotion is eager's, per op: integer inputs of
@@ -11,6 +12,7 @@ import torch
 
 from .. import math_composites as composite
 from .. import ops_table
+from .. import special_bessel as bessel
 from ..virtualized import ops
 from .pointwise import register_pointwise
 from .registry import (
@@ -25,11 +27,17 @@ PRIMITIVE_UNARY = {
 }
 COMPOSITE_UNARY = {
     aten.erfinv: composite.erfinv, aten.digamma: composite.digamma, aten.i0: composite.i0,
-    aten.sinc: composite.sinc, aten.special_i0e: composite.i0e, aten.special_i1: composite.i1,
-    aten.special_i1e: composite.i1e, aten.special_modified_bessel_i0: composite.i0,
+    aten.sinc: composite.sinc, aten.angle: composite.angle, aten.special_i0e: composite.i0e,
+    aten.special_i1: composite.i1, aten.special_i1e: composite.i1e, aten.special_modified_bessel_i0: composite.i0,
     aten.special_modified_bessel_i1: composite.i1, aten.special_ndtri: composite.ndtri,
     aten.special_log_ndtr: composite.log_ndtr, aten.special_entr: composite.entr,
     aten.special_spherical_bessel_j0: composite.spherical_bessel_j0,
+    aten.special_bessel_j0: bessel.bessel_j0, aten.special_bessel_j1: bessel.bessel_j1,
+    aten.special_bessel_y0: bessel.bessel_y0, aten.special_bessel_y1: bessel.bessel_y1,
+    aten.special_modified_bessel_k0: bessel.modified_bessel_k0,
+    aten.special_modified_bessel_k1: bessel.modified_bessel_k1,
+    aten.special_scaled_modified_bessel_k0: bessel.scaled_modified_bessel_k0,
+    aten.special_scaled_modified_bessel_k1: bessel.scaled_modified_bessel_k1,
 }
 
 

@@ -48,6 +48,14 @@ def ones(*args, **kwargs):
     return _constant_tensor(1, _meta())
 
 
+@register_lowering(aten.empty, aten.empty_like, aten.new_empty, aten.empty_strided, aten.new_empty_strided,
+                   aten.empty_permuted)
+def empty(*args, **kwargs):
+    """Uninitialized memory in eager: zeros here (any value is right), a buffer that fuses
+    with its readers instead of an aten allocation between kernels."""
+    return _constant_tensor(0, _meta())
+
+
 @register_lowering(aten.scalar_tensor)
 def scalar_tensor(value, **kwargs):
     return _constant_tensor(value, _meta())

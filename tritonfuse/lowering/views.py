@@ -260,6 +260,35 @@ def diagonal(x, offset=0, dim1=0, dim2=1):
     return TensorBox(GenericView(x.data, new_size, reindex, restride))
 
 
+@register_lowering(aten.unfold)
+def unfold(x, dim, window, step):
+    """Every ``window``-long slice of dim ``dim``, ``step`` apart: that dim counts the
+    slices and a new last dim walks each one."""
+    size = list(x.get_size())
+    if not size:   # a 0-d tensor has one slice of at most one element
+        if window != 1:
+            raise Unsupported("unfold of a 0-d tensor into empty slices")
+        return view(x, [1])
+    dim = normalize_dim(dim, len(size))
+    if not sym.is_static(size[dim]):
+        raise Unsupported("unfold of a symbolic dim")
+    count = (sym.to_int(size[dim]) - window) // step + 1
+    new_size = size[:dim] + [sympy.Integer(count)] + size[dim + 1:] + [sympy.Integer(window)]
+
+    def restride(base):
+        stride = list(base.stride)
+        return _with_strides(base, new_size, stride[:dim] + [stride[dim] * step] + stride[dim + 1:] + [stride[dim]],
+                             base.offset)
+
+    layout = strided_layout_of(x)
+    if layout is not None:
+        return TensorBox(ReinterpretView(buffer_of(x), restride(layout)))
+
+    def reindex(index):
+        return list(index[:dim]) + [index[dim] * step + index[-1]] + list(index[dim + 1:-1])
+    return TensorBox(GenericView(x.data, new_size, reindex, restride))
+
+
 # ---- view copies: the view's values in a tensor of their own ---------------------------------
 
 def _narrow(x, dim, start, length):

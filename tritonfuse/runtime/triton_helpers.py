@@ -165,12 +165,12 @@ def nearbyint(x):
 
 @triton.jit
 def pow(a, b):
+    # where() rather than & on the tests: either operand may be a Python float constant
     magnitude = tl.exp2(b * tl.log2(tl.abs(a)))
     b_int = tl.floor(b) == b
-    b_odd = b_int & ((b - 2.0 * tl.floor(b * 0.5)) != 0.0)
-    negative = a < 0
-    result = tl.where(negative & b_odd, -magnitude, magnitude)
-    result = tl.where(negative & ~b_int, float("nan"), result)
+    b_odd = tl.where(b_int, (b - 2.0 * tl.floor(b * 0.5)) != 0.0, False)
+    signed = tl.where(b_odd, -magnitude, magnitude)
+    result = tl.where(a < 0, tl.where(b_int, signed, float("nan")), magnitude)
     return tl.where(b == 0, 1.0, result)
 
 
