@@ -4,6 +4,7 @@
     python scripts/bench.py                                   # all workloads, best device
     python scripts/bench.py --device cpu --backends eager,inductor
     python scripts/bench.py --workloads softmax,norm --repeat 50 --out /tmp/bench
+    python scripts/bench.py --sweep --sweep-quick             # CPU shape sweep (bench_sweep.py)
 
 For every workload of scripts/models.py the same inputs go to every backend. Eager runs
 first and is the reference: each compiled backend's first call (which compiles it) is
@@ -391,6 +392,9 @@ def _suite_of(argv: list[str]) -> tuple[str, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if "--sweep" in argv:   # the shape sweep of the CPU workloads (scripts/bench_sweep.py)
+        from scripts import bench_sweep
+        return bench_sweep.main([a for a in argv if a != "--sweep"])
     suite, rest = _suite_of(argv)
     if suite == "models":
         from scripts import bench_models
