@@ -68,24 +68,33 @@ class CppLoopNest:
                 return True
         return False
 
+    @property
+    def tile_rows(self) -> int:
+        """Rows of a tile: the rows are the contiguous dim of the transposed reads, and one
+        tile row of each read should fill a 64-byte cache line, which a later tile would
+        otherwise fetch again: 32 rows for 16-bit types (as Inductor), else TILE_ROWS."""
+        if any(STORAGE_TYPES[dtype] == "uint16_t" for *_, dtype in self.tiles.values()):
+            return 2 * TILE_ROWS
+        return TILE_ROWS
+
     def _emit_tiles(self, out, inner):
-        """TILE_ROWS x TILE_COLS blocks of the two innermost dims. A full block (every block
+        """tile_rows x TILE_COLS blocks of the two innermost dims. A full block (every block
         when the sizes divide) runs with compile-time extents and no tail code, which
         measured ~1.5x faster than the general form; edge blocks take the general form."""
         k = len(self.x_sizes) - 1
         rows, cols = self.x_sizes[k - 1], self.x_sizes[k]
         whole = sym.is_static(rows) and sym.is_static(cols) and \
-            sym.to_int(rows) % TILE_ROWS == 0 and sym.to_int(cols) % TILE_COLS == 0
+            sym.to_int(rows) % self.tile_rows == 0 and sym.to_int(cols) % TILE_COLS == 0
         rows, cols = cexpr(rows), cexpr(cols)
-        out.writeline(f"for (int64_t x{k - 1}_tile = 0; x{k - 1}_tile < {rows}; x{k - 1}_tile += {TILE_ROWS}) {{")
+        out.writeline(f"for (int64_t x{k - 1}_tile = 0; x{k - 1}_tile < {rows}; x{k - 1}_tile += {self.tile_rows}) {{")
         out.writeline(f"for (int64_t x{k}_tile = 0; x{k}_tile < {cols}; x{k}_tile += {TILE_COLS}) {{")
         with out.indent():
             if whole:
                 self._emit_tile(out, inner, full=True)
             else:
-                out.writeline(f"const int64_t x{k - 1}_end = std::min<int64_t>(x{k - 1}_tile + {TILE_ROWS}, {rows});")
+                out.writeline(f"const int64_t x{k - 1}_end = std::min<int64_t>(x{k - 1}_tile + {self.tile_rows}, {rows});")
                 out.writeline(f"const int64_t x{k}_end = std::min<int64_t>(x{k}_tile + {TILE_COLS}, {cols});")
-                out.writeline(f"if (x{k - 1}_end - x{k - 1}_tile == {TILE_ROWS} && x{k}_end - x{k}_tile == {TILE_COLS}) {{")
+                out.writeline(f"if (x{k - 1}_end - x{k - 1}_tile == {self.tile_rows} && x{k}_end - x{k}_tile == {TILE_COLS}) {{")
                 with out.indent():
                     self._emit_tile(out, inner, full=True)
                 out.writeline("} else {")
@@ -97,11 +106,11 @@ class CppLoopNest:
 
     def _emit_tile(self, out, inner, full: bool):
         """One block: its tile fills, then its rows in vector chunks. ``full``: the block's
-        extents are TILE_ROWS x TILE_COLS (constants); else they end at x{k-1}_end/x{k}_end."""
+        extents are tile_rows x TILE_COLS (constants); else they end at x{k-1}_end/x{k}_end."""
         k = len(self.x_sizes) - 1
-        row_end = f"x{k - 1}_tile + {TILE_ROWS}" if full else f"x{k - 1}_end"
+        row_end = f"x{k - 1}_tile + {self.tile_rows}" if full else f"x{k - 1}_end"
         col_end = f"x{k}_tile + {TILE_COLS}" if full else f"x{k}_end"
-        self._emit_tile_fills(out, str(TILE_ROWS) if full else f"x{k - 1}_end - x{k - 1}_tile",
+        self._emit_tile_fills(out, str(self.tile_rows) if full else f"x{k - 1}_end - x{k - 1}_tile",
                               str(TILE_COLS) if full else f"x{k}_end - x{k}_tile")
         out.writeline(f"for (int64_t x{k - 1} = x{k - 1}_tile; x{k - 1} < {row_end}; ++x{k - 1}) {{")
         out.writeline(f"for (int64_t x{k} = x{k}_tile; x{k} < {col_end}; x{k} += tf::kVecLanes) {{")
@@ -277,7 +286,7 @@ class CppLoopNest:
             outer_hint = math.prod(hints[:-2 if self.tiled else -1 if self.axis == "x" else len(hints)])
             if self.tiled:
                 outer_names, outer_sizes = outer_names[:-2], outer_sizes[:-2]
-                outer_count = outer_hint * -(-hints[-2] // TILE_ROWS) * -(-hints[-1] // TILE_COLS)
+                outer_count = outer_hint * -(-hints[-2] // self.tile_rows) * -(-hints[-1] // TILE_COLS)
             elif self.axis == "x":
                 outer_names, outer_sizes = outer_names[:-1], outer_sizes[:-1]
                 outer_count = outer_hint * -(-hints[-1] // 16)
@@ -315,18 +324,10 @@ class CppLoopNest:
         k = len(self.x_sizes) - 1
         outer = sympy.Symbol(f"x{k - 1}", integer=True, nonnegative=True)
         inner = sympy.Symbol(f"x{k}", integer=True, nonnegative=True)
-        row, col = sympy.Symbol("tr", integer=True), sympy.Symbol("tc", integer=True)
         for name, pointer, index, dtype in self.tiles.values():
-            out.writeline(f"alignas(64) {ctype(dtype)} {name}[{TILE_ROWS * TILE_COLS}];")
+            out.writeline(f"alignas(64) {ctype(dtype)} {name}[{self.tile_rows * TILE_COLS}];")
             corner = index.xreplace({outer: sympy.Symbol(f"x{k - 1}_tile", integer=True),
                                      inner: sympy.Symbol(f"x{k}_tile", integer=True)})
-            if dtype not in HALF_TYPES:
-                out.writeline(f"tf::transpose_to_tile<{TILE_COLS}>({pointer} + {cexpr(corner)}, "
-                              f"{_stride(index, inner)}, {name}, {row_count}, {col_count});")
-                continue
-            source = index.xreplace({outer: sympy.Symbol(f"x{k - 1}_tile", integer=True) + row,
-                                     inner: sympy.Symbol(f"x{k}_tile", integer=True) + col})
-            value = f"tf::{HALF_TYPES[dtype]}_to_float({pointer}[{cexpr(source)}])"
-            out.writeline(f"for (int64_t tc = 0; tc < {col_count}; ++tc)")
-            out.writeline(f"    for (int64_t tr = 0; tr < {row_count}; ++tr)")
-            out.writeline(f"        {name}[tr * {TILE_COLS} + tc] = {value};")
+            copy = f"transpose_{HALF_TYPES[dtype]}_to_tile" if dtype in HALF_TYPES else "transpose_to_tile"
+            out.writeline(f"tf::{copy}<{TILE_COLS}>({pointer} + {cexpr(corner)}, "
+                          f"{_stride(index, inner)}, {name}, {row_count}, {col_count});")
