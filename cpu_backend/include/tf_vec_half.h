@@ -85,7 +85,7 @@ using vf32 = Layout<float>::reg;
 // <-> u32 conversions in 256-bit halves (zero-extend, insert; permute to pack), which made
 // bf16 loads and stores a third of a bf16 norm kernel's instructions.
 TF_INLINE vf32 bf16_bits_to_float(vu16 h) { return (vf32)_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)h), 16); }
-TF_INLINE vu16 float_to_bf16_bits(vf32 x) {
+TF_INLINE vu16 float_to_bf16_bits_rounded(vf32 x) {
     const __m512i u = (__m512i)x;
     const __m512i bias = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)),
                                           _mm512_set1_epi32(0x7fff));
@@ -94,6 +94,20 @@ TF_INLINE vu16 float_to_bf16_bits(vf32 x) {
     const __mmask16 nan = _mm512_cmp_ps_mask((__m512)x, (__m512)x, _CMP_UNORD_Q);
     return (vu16)_mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
 }
+#if defined(__AVX512BF16__)
+// vcvtneps2bf16 rounds to nearest even and quiets NaNs as above, in one instruction, but
+// flushes denormal inputs to zero where eager keeps them: vectors holding one (rare) take
+// the integer path.
+TF_INLINE vu16 float_to_bf16_bits(vf32 x) {
+    if (__builtin_expect(_mm512_fpclass_ps_mask((__m512)x, 0x20) != 0, 0)) return float_to_bf16_bits_rounded(x);
+    const __m256bh packed = _mm512_cvtneps_pbh((__m512)x);
+    vu16 out;
+    std::memcpy(&out, &packed, sizeof out);
+    return out;
+}
+#else
+TF_INLINE vu16 float_to_bf16_bits(vf32 x) { return float_to_bf16_bits_rounded(x); }
+#endif
 #else
 TF_INLINE vf32 bf16_bits_to_float(vu16 h) { return (vf32)(__builtin_convertvector(h, vu32) << 16); }
 TF_INLINE vu16 float_to_bf16_bits(vf32 x) {
