@@ -12,6 +12,7 @@ from . import common
 from .common import HALF_TYPES, SIZE_PARAMS, STORAGE_TYPES, TILE_COLS, TILE_ROWS, _stride, cexpr, ctype
 
 SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")   # reductions whose partials combine exactly
+OUT_TILE_STEPS = 16   # r steps of a vector-x loop staged before a transposed write (16 x 16 in registers)
 
 
 class CppLoopNest:
@@ -23,7 +24,7 @@ class CppLoopNest:
         for seg in self.segments:
             self.segment_index = seg.index
             if seg.is_loop:
-                self._emit_plain_r_loops(inner, seg)
+                self._emit_plain_r_loops(inner, seg, stores_through_tiles=True)
             else:
                 for layout in seg.layouts:
                     self._run_node(*layout)
@@ -33,20 +34,54 @@ class CppLoopNest:
         else:
             self._emit_vector_loops(out, [], [], inner, vector_dim=("x", len(self.x_sizes) - 1, self.x_sizes[-1]))
 
-    def _emit_plain_r_loops(self, out, seg):
+    def _emit_plain_r_loops(self, out, seg, stores_through_tiles=False):
         """One loop segment as plain loops over the reduced dims, one step per element (per
-        vector of rows in vector-x code), set-up before and finishing code after."""
+        vector of rows in vector-x code), set-up before and finishing code after.
+
+        ``stores_through_tiles`` (vector-x code): a store contiguous along the innermost
+        reduced dim but strided across the lanes (softmax of a transposed input) goes to a
+        tile of OUT_TILE_STEPS steps x kVecLanes lanes, written out transposed after each
+        block of steps (contiguous runs, no per-lane scatter)."""
         self.pre, self.post = IndentedBuffer(), IndentedBuffer()
         loop_body = IndentedBuffer()
-        self._run_loop_segment(seg, loop_body)
+        self.out_tiles = {} if stores_through_tiles else None
+        try:
+            self._run_loop_segment(seg, loop_body)
+            out_tiles, self.out_tiles = self.out_tiles or {}, None
+        finally:
+            self.out_tiles = None
         self.code = out
         out.splice(self.pre)
+        last = len(self.r_sizes) - 1
         for i, size in enumerate(self.r_sizes):
-            out.writeline(f"for (int64_t r{i} = 0; r{i} < {cexpr(size)}; ++r{i}) {{")
+            if i == last and out_tiles:
+                self._open_out_tile_block(out, cexpr(size), out_tiles)
+            out.writeline(f"for (int64_t r{i} = {f'r{i}_block' if i == last and out_tiles else 0}; "
+                          f"r{i} < {f'r{i}_end' if i == last and out_tiles else cexpr(size)}; ++r{i}) {{")
             out._indent += 1
         out.splice(loop_body)
-        self._close_blocks(out, len(self.r_sizes))
+        self._close_blocks(out, 1)
+        if out_tiles:
+            self._close_out_tile_block(out, out_tiles)
+        self._close_blocks(out, last)
         out.splice(self.post)
+
+    def _open_out_tile_block(self, out, size, out_tiles):
+        r = f"r{len(self.r_sizes) - 1}"
+        out.writeline(f"for (int64_t {r}_block = 0; {r}_block < {size}; {r}_block += {OUT_TILE_STEPS}) {{")
+        out._indent += 1
+        out.writeline(f"const int64_t {r}_end = std::min<int64_t>({r}_block + {OUT_TILE_STEPS}, {size});")
+        for tile, _, _ in out_tiles.values():
+            out.writeline(f"alignas(64) float {tile}[{OUT_TILE_STEPS} * tf::kVecLanes];")
+
+    def _close_out_tile_block(self, out, out_tiles):
+        r = sympy.Symbol(f"r{len(self.r_sizes) - 1}", integer=True, nonnegative=True)
+        block = sympy.Symbol(f"{r}_block", integer=True)
+        for pointer, (tile, index, dtype) in out_tiles.items():
+            writer = f"store_tile_transposed_{HALF_TYPES[dtype]}" if dtype in HALF_TYPES else "store_tile_transposed"
+            out.writeline(f"tf::{writer}({pointer} + {cexpr(index.xreplace({r: block}))}, "
+                          f"{_stride(index, self.vector_var)}, {tile}, int({r}_end - {r}_block), count);")
+        self._close_blocks(out, 1)
 
     @staticmethod
     def _close_blocks(code, count):
@@ -315,9 +350,10 @@ class CppLoopNest:
 
     def _declare_local_buffers(self, code):
         row = cexpr(sym.product(self.r_sizes))
+        rows, what = (f"{row} * tf::kVecLanes", "a row per vector lane") if self.axis == "x" else (row, "one row")
         for name, local in self.local_buffers.items():
             t = ctype(self.graph.name_to_buffer[name].get_dtype())
-            code.writeline(f"tf::LocalBuffer<{t}> {local}_storage({row});  // one row of {name}, per thread")
+            code.writeline(f"tf::LocalBuffer<{t}> {local}_storage({rows});  // {what} of {name}, per thread")
             code.writeline(f"{t}* __restrict__ {local} = {local}_storage.get();")
 
     def _emit_tile_fills(self, out, row_count: str, col_count: str):

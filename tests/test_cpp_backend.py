@@ -163,3 +163,20 @@ def test_fewer_openmp_threads_than_requested(tmp_path):
     env = dict(os.environ, OMP_THREAD_LIMIT="1", TRITONFUSE_CACHE_DIR=str(tmp_path))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0 and "ok" in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("shape", [(48, 32), (37, 21), (20, 300)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_row_softmax_of_a_transposed_input(shape, dtype):
+    # the lanes are rows (the input is contiguous along them): exp lives in a thread-local
+    # buffer holding a row per lane, and the output (contiguous along the reduced dim) is
+    # staged in tiles and written transposed; full and partial tiles and vectors
+    x = rand(*shape[:-2], shape[-1], shape[-2], dtype=dtype).transpose(-1, -2)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    sources = check(lambda a: (torch.softmax(a, -1), torch.nn.functional.layer_norm(a, a.shape[-1:])), x,
+                    atol=tol, rtol=tol)
+    kernels = "\n".join(sources[1:])
+    assert "a row per vector lane" in kernels
+    writer = {torch.bfloat16: "store_tile_transposed_bf16(", torch.float16: "store_tile_transposed_half("}
+    assert writer.get(dtype, "store_tile_transposed(") in kernels
+    assert "vscatter" not in kernels

@@ -269,6 +269,61 @@ TF_INLINE void transpose_rest(const S* src, int64_t col_stride, T* tile, int TIL
 }
 }  // namespace detail
 
+namespace detail {
+TF_INLINE void store16(float* p, const v16f& v) { *reinterpret_cast<v16f_unaligned*>(p) = v; }
+template <typename Bits>
+TF_INLINE void store16(uint16_t* p, const v16f& v, Bits) {
+    if constexpr (kVecLanes == 16) {
+        Vec<float> x;
+        std::memcpy(&x.r[0], &v, sizeof v);
+        if constexpr (std::is_same_v<Bits, Bf16Bits>) store_float_as_bf16(p, x);
+        else store_float_as_half(p, x);
+    } else {
+        for (int i = 0; i < 16; ++i)
+            p[i] = std::is_same_v<Bits, Bf16Bits> ? float_to_bf16(v[i]) : float_to_half(v[i]);
+    }
+}
+
+// The transposed write of a tile (see store_tile_transposed); put(p, v16f) stores 16
+// values, put_one(p, float) one.
+template <typename D, typename Put, typename PutOne>
+TF_INLINE void write_tile_transposed(D* dst, int64_t lane_stride, const float* tile, int rows, int count, Put put,
+                                     PutOne put_one) {
+    if (kVecLanes == 16 && rows == 16) {
+        v16f block[16];
+        for (int r = 0; r < 16; ++r) block[r] = *reinterpret_cast<const v16f_unaligned*>(tile + r * kVecLanes);
+        transpose_stage<8>(block);
+        transpose_stage<4>(block);
+        transpose_stage<2>(block);
+        transpose_stage<1>(block);
+        for (int l = 0; l < count; ++l) put(dst + l * lane_stride, block[l]);
+        return;
+    }
+    for (int l = 0; l < count; ++l)
+        for (int r = 0; r < rows; ++r) put_one(dst + l * lane_stride + r, tile[r * kVecLanes + l]);
+}
+}  // namespace detail
+
+// A loop whose vector lanes are rows (x) and whose output is contiguous along the reduced
+// dim (r) -- softmax of a transposed input -- stages up to 16 r steps of its vectors in
+// tile[r * kVecLanes + lane] and writes them here, transposed: lane l's values go to
+// dst[l * lane_stride + r], contiguous, instead of one scattered element per lane and step.
+TF_INLINE void store_tile_transposed(float* dst, int64_t lane_stride, const float* tile, int rows, int count) {
+    detail::write_tile_transposed(dst, lane_stride, tile, rows, count,
+                                  [](float* p, const detail::v16f& v) { detail::store16(p, v); },
+                                  [](float* p, float v) { *p = v; });
+}
+TF_INLINE void store_tile_transposed_bf16(uint16_t* dst, int64_t lane_stride, const float* tile, int rows, int count) {
+    detail::write_tile_transposed(dst, lane_stride, tile, rows, count,
+                                  [](uint16_t* p, const detail::v16f& v) { detail::store16(p, v, detail::Bf16Bits{}); },
+                                  [](uint16_t* p, float v) { *p = float_to_bf16(v); });
+}
+TF_INLINE void store_tile_transposed_half(uint16_t* dst, int64_t lane_stride, const float* tile, int rows, int count) {
+    detail::write_tile_transposed(dst, lane_stride, tile, rows, count,
+                                  [](uint16_t* p, const detail::v16f& v) { detail::store16(p, v, detail::HalfBits{}); },
+                                  [](uint16_t* p, float v) { *p = float_to_half(v); });
+}
+
 // Copy a rows x cols block whose element (tr, tc) is src[tr + tc * col_stride] into
 // tile[tr * TILE_COLS + tc]: a transposing copy, 16x16 blocks at a time in registers.
 template <int TILE_COLS, typename T>
