@@ -370,7 +370,7 @@ def test_sweep_grid_and_inputs():
 
     cells = bench_sweep.plan_cells()
     shapes = {(c.rows, c.cols) for c in cells}
-    assert (64, 64) in shapes and (16384, 16384) in shapes and (513, 1531) in shapes
+    assert (64, 64) in shapes and (16384, 16384) in shapes and (513, 1531) in shapes and (777, 3001) in shapes
     assert {c.dtype for c in cells} == {"f32", "bf16", "f16"}
     assert {c.set for c in cells} == {"tuned", "heldout"}
     issue = {"gelu_mul", "layer_norm", "rms_norm_f32_math", "transpose_add"}
