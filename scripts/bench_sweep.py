@@ -39,7 +39,7 @@ from scripts.bench_common import (BackendUnavailable, fmt, fmt_ratio, geomean,  
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from scripts import models  # noqa: E402
+from scripts import bench_common, models  # noqa: E402
 from scripts.bench import run_workload, speedup  # noqa: E402
 from scripts.models import Workload  # noqa: E402
 
@@ -395,6 +395,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="comma-separated backends (eager always runs as the reference)")
     p.add_argument("--repeat", type=int, default=REPEAT, help=f"timed rounds per cell (default {REPEAT})")
     p.add_argument("--stat", choices=["median", "min"], default="median")
+    p.add_argument("--sample-ms", type=float, default=None,
+                   help="length of one timed loop of calls (default 10 ms); on a busy machine "
+                        "1 ms loops with --stat min and --repeat 40 find quiet windows more often")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N)")
     p.add_argument("--out", default="bench_results", help="folder for sweep.md and sweep.json")
     p.add_argument("--list", action="store_true", help="list the cells and exit")
@@ -428,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.sample_ms:
+        bench_common.MIN_CPU_SAMPLE_S = args.sample_ms / 1e3
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if "eager" not in backends:
         backends.insert(0, "eager")
@@ -437,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
             resolve_backend(b)
         except BackendUnavailable as exc:
             unavailable[b] = str(exc)
-    timing = f"perf_counter loops >= 10 ms, {args.stat} of <= {args.repeat} interleaved rounds"
+    timing = (f"perf_counter loops >= {bench_common.MIN_CPU_SAMPLE_S * 1e3:g} ms, {args.stat} of <= {args.repeat} "
+              "interleaved rounds")
     info = machine_info(torch.device("cpu"))
     print(f"sweep: {len(cells)} cells x {backends}; {timing}")
     warn_if_busy(info)
