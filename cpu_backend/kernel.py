@@ -34,7 +34,7 @@ from tritonfuse.dependencies import plan_and_deps, refine_dep, refine_plan
 from tritonfuse.virtualized import set_ops_handler
 
 from .common import (
-    HALF_TYPES, SIZE_PARAMS, TILE_COLS, CppVar, _cast_python, _stride, _vector_printer, cexpr, compute_dtype,
+    HALF_TYPES, SIZE_PARAMS, STORAGE_TYPES, TILE_COLS, CppVar, _cast_python, _stride, _vector_printer, cexpr, compute_dtype,
     cpp_constant, ctype,
 )
 from .loop_nest import CppLoopNest
@@ -67,9 +67,9 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions, CppScans, CppSca
         self.local_buffers = {n: f"local_{n}" for n in sorted(crossing & set(internal))}
         self.internal = set(internal) | set(self.local_buffers)
         self.axis = self._choose_vector_axis(layouts)
-        if self.axis == "x":   # lanes are rows there: a one-row scratch buffer can't hold them
-            self.internal -= set(self.local_buffers)
-            self.local_buffers = {}
+        # With axis "x" the lanes are rows: a local buffer then holds one row per lane,
+        # lane-interleaved (element r of lane l at r * kVecLanes + l), so each r position
+        # is one contiguous vector (a softmax over a transposed input, or over dim 0)
         self.finished_reductions = {}
         self.split = False        # a full reduction split among threads (loop_nest.py)
         self.partials = None      # an outer reduction's accumulator rows (outer_reduction.py)
@@ -78,6 +78,7 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions, CppScans, CppSca
         self.indirect_sizes = {}  # indirect index variable -> the size of the dim it indexes
         self.tiled = self.axis == "x" and self._needs_tiling(layouts)
         self.tiles = {}   # transposed reads staged through a tile buffer
+        self.out_tiles = None   # in a vector-x r loop: stores written out transposed (loop_nest.py)
         self.stored = {}        # buffer -> (value, segment index, from an r loop)
         self.code = IndentedBuffer()
         self.mask_stack = []
@@ -261,6 +262,10 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions, CppScans, CppSca
             if segment == self.segment_index or not from_loop:
                 return value
         dtype = self.graph.name_to_buffer[name].get_dtype()
+        if name in self.local_buffers and self.axis == "x":
+            # in bounds wherever a mask points: masked() applies the mask to what it returns
+            return self._emit(f"tf::vload<TAIL>({self.local_buffers[name]} + {self._lane_local_offset()}, count)",
+                              compute_dtype(dtype), True)
         if name in self.local_buffers:
             pointer, dtype = self.local_buffers[name], compute_dtype(dtype)
             index = self._local_index()
@@ -320,8 +325,16 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions, CppScans, CppSca
             flat = flat + sympy.Symbol(f"r{i}", integer=True, nonnegative=True) * stride
         return flat
 
+    def _lane_local_offset(self) -> str:
+        return f"{cexpr(self._local_index())} * tf::kVecLanes"
+
     def store(self, name, index, value):
         self.stored[name] = (value, self.segment_index, self.in_r_loop)
+        if name in self.local_buffers and self.axis == "x":
+            value = self._cast_value(value, self.graph.name_to_buffer[name].get_dtype())
+            self.code.writeline(f"tf::vstore<TAIL>({self.local_buffers[name]} + {self._lane_local_offset()}, "
+                                f"{self._as_vec(value)}, count);")
+            return
         if name in self.local_buffers:
             self._store_to(self.local_buffers[name], self._local_index(), value,
                            compute_dtype(self.graph.name_to_buffer[name].get_dtype()))
@@ -329,7 +342,28 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions, CppScans, CppSca
         if name in self.internal:
             return
         dtype = self.graph.name_to_buffer[name].get_dtype()
-        self._store_to(self.args.output(name), self._index(index), value, dtype)
+        index = self._index(index)
+        if self.out_tiles is not None and self.in_r_loop and self._along_r_across_lanes(index, dtype):
+            self._tile_store(self.args.output(name), index, value, dtype)
+            return
+        self._store_to(self.args.output(name), index, value, dtype)
+
+    def _along_r_across_lanes(self, index, dtype) -> bool:
+        """A store inside a vector-x r loop, contiguous along the innermost reduced dim,
+        strided across the lanes: written through a tile (loop_nest._emit_plain_r_loops)."""
+        r_last = sympy.Symbol(f"r{len(self.r_sizes) - 1}", integer=True, nonnegative=True)
+        loop_vars = {f"x{i}" for i in range(len(self.x_sizes))} | {f"r{i}" for i in range(len(self.r_sizes))}
+        return (STORAGE_TYPES[dtype] in ("float", "uint16_t") and all(s.name in loop_vars for s in index.free_symbols)
+                and _stride(index, r_last) == 1 and _stride(index, self.vector_var) not in (None, 0, 1))
+
+    def _tile_store(self, pointer, index, value, dtype):
+        if pointer not in self.out_tiles:
+            self.out_tiles[pointer] = (f"out_tile{len(self.out_tiles)}", index, dtype)
+        tile = self.out_tiles[pointer][0]
+        r_last = f"r{len(self.r_sizes) - 1}"
+        value = self._cast_value(value, dtype)
+        self.code.writeline(f"tf::vstore<TAIL>({tile} + ({r_last} - {r_last}_block) * tf::kVecLanes, "
+                            f"{self._as_vec(value)}, count);")
 
     def _store_to(self, pointer, index, value, dtype, code=None):
         code = code or self.code

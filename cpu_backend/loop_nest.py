@@ -12,6 +12,7 @@ from . import common
 from .common import HALF_TYPES, SIZE_PARAMS, STORAGE_TYPES, TILE_COLS, TILE_ROWS, _stride, cexpr, ctype
 
 SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")   # reductions whose partials combine exactly
+OUT_TILE_STEPS = 16   # r steps of a vector-x loop staged before a transposed write (16 x 16 in registers)
 
 
 class CppLoopNest:
@@ -23,7 +24,7 @@ class CppLoopNest:
         for seg in self.segments:
             self.segment_index = seg.index
             if seg.is_loop:
-                self._emit_plain_r_loops(inner, seg)
+                self._emit_plain_r_loops(inner, seg, stores_through_tiles=True)
             else:
                 for layout in seg.layouts:
                     self._run_node(*layout)
@@ -33,20 +34,54 @@ class CppLoopNest:
         else:
             self._emit_vector_loops(out, [], [], inner, vector_dim=("x", len(self.x_sizes) - 1, self.x_sizes[-1]))
 
-    def _emit_plain_r_loops(self, out, seg):
+    def _emit_plain_r_loops(self, out, seg, stores_through_tiles=False):
         """One loop segment as plain loops over the reduced dims, one step per element (per
-        vector of rows in vector-x code), set-up before and finishing code after."""
+        vector of rows in vector-x code), set-up before and finishing code after.
+
+        ``stores_through_tiles`` (vector-x code): a store contiguous along the innermost
+        reduced dim but strided across the lanes (softmax of a transposed input) goes to a
+        tile of OUT_TILE_STEPS steps x kVecLanes lanes, written out transposed after each
+        block of steps (contiguous runs, no per-lane scatter)."""
         self.pre, self.post = IndentedBuffer(), IndentedBuffer()
         loop_body = IndentedBuffer()
-        self._run_loop_segment(seg, loop_body)
+        self.out_tiles = {} if stores_through_tiles else None
+        try:
+            self._run_loop_segment(seg, loop_body)
+            out_tiles, self.out_tiles = self.out_tiles or {}, None
+        finally:
+            self.out_tiles = None
         self.code = out
         out.splice(self.pre)
+        last = len(self.r_sizes) - 1
         for i, size in enumerate(self.r_sizes):
-            out.writeline(f"for (int64_t r{i} = 0; r{i} < {cexpr(size)}; ++r{i}) {{")
+            if i == last and out_tiles:
+                self._open_out_tile_block(out, cexpr(size), out_tiles)
+            out.writeline(f"for (int64_t r{i} = {f'r{i}_block' if i == last and out_tiles else 0}; "
+                          f"r{i} < {f'r{i}_end' if i == last and out_tiles else cexpr(size)}; ++r{i}) {{")
             out._indent += 1
         out.splice(loop_body)
-        self._close_blocks(out, len(self.r_sizes))
+        self._close_blocks(out, 1)
+        if out_tiles:
+            self._close_out_tile_block(out, out_tiles)
+        self._close_blocks(out, last)
         out.splice(self.post)
+
+    def _open_out_tile_block(self, out, size, out_tiles):
+        r = f"r{len(self.r_sizes) - 1}"
+        out.writeline(f"for (int64_t {r}_block = 0; {r}_block < {size}; {r}_block += {OUT_TILE_STEPS}) {{")
+        out._indent += 1
+        out.writeline(f"const int64_t {r}_end = std::min<int64_t>({r}_block + {OUT_TILE_STEPS}, {size});")
+        for tile, _, _ in out_tiles.values():
+            out.writeline(f"alignas(64) float {tile}[{OUT_TILE_STEPS} * tf::kVecLanes];")
+
+    def _close_out_tile_block(self, out, out_tiles):
+        r = sympy.Symbol(f"r{len(self.r_sizes) - 1}", integer=True, nonnegative=True)
+        block = sympy.Symbol(f"{r}_block", integer=True)
+        for pointer, (tile, index, dtype) in out_tiles.items():
+            writer = f"store_tile_transposed_{HALF_TYPES[dtype]}" if dtype in HALF_TYPES else "store_tile_transposed"
+            out.writeline(f"tf::{writer}({pointer} + {cexpr(index.xreplace({r: block}))}, "
+                          f"{_stride(index, self.vector_var)}, {tile}, int({r}_end - {r}_block), count);")
+        self._close_blocks(out, 1)
 
     @staticmethod
     def _close_blocks(code, count):
@@ -68,24 +103,33 @@ class CppLoopNest:
                 return True
         return False
 
+    @property
+    def tile_rows(self) -> int:
+        """Rows of a tile: the rows are the contiguous dim of the transposed reads, and one
+        tile row of each read should fill a 64-byte cache line, which a later tile would
+        otherwise fetch again: 32 rows for 16-bit types (as Inductor), else TILE_ROWS."""
+        if any(STORAGE_TYPES[dtype] == "uint16_t" for *_, dtype in self.tiles.values()):
+            return 2 * TILE_ROWS
+        return TILE_ROWS
+
     def _emit_tiles(self, out, inner):
-        """TILE_ROWS x TILE_COLS blocks of the two innermost dims. A full block (every block
+        """tile_rows x TILE_COLS blocks of the two innermost dims. A full block (every block
         when the sizes divide) runs with compile-time extents and no tail code, which
         measured ~1.5x faster than the general form; edge blocks take the general form."""
         k = len(self.x_sizes) - 1
         rows, cols = self.x_sizes[k - 1], self.x_sizes[k]
         whole = sym.is_static(rows) and sym.is_static(cols) and \
-            sym.to_int(rows) % TILE_ROWS == 0 and sym.to_int(cols) % TILE_COLS == 0
+            sym.to_int(rows) % self.tile_rows == 0 and sym.to_int(cols) % TILE_COLS == 0
         rows, cols = cexpr(rows), cexpr(cols)
-        out.writeline(f"for (int64_t x{k - 1}_tile = 0; x{k - 1}_tile < {rows}; x{k - 1}_tile += {TILE_ROWS}) {{")
+        out.writeline(f"for (int64_t x{k - 1}_tile = 0; x{k - 1}_tile < {rows}; x{k - 1}_tile += {self.tile_rows}) {{")
         out.writeline(f"for (int64_t x{k}_tile = 0; x{k}_tile < {cols}; x{k}_tile += {TILE_COLS}) {{")
         with out.indent():
             if whole:
                 self._emit_tile(out, inner, full=True)
             else:
-                out.writeline(f"const int64_t x{k - 1}_end = std::min<int64_t>(x{k - 1}_tile + {TILE_ROWS}, {rows});")
+                out.writeline(f"const int64_t x{k - 1}_end = std::min<int64_t>(x{k - 1}_tile + {self.tile_rows}, {rows});")
                 out.writeline(f"const int64_t x{k}_end = std::min<int64_t>(x{k}_tile + {TILE_COLS}, {cols});")
-                out.writeline(f"if (x{k - 1}_end - x{k - 1}_tile == {TILE_ROWS} && x{k}_end - x{k}_tile == {TILE_COLS}) {{")
+                out.writeline(f"if (x{k - 1}_end - x{k - 1}_tile == {self.tile_rows} && x{k}_end - x{k}_tile == {TILE_COLS}) {{")
                 with out.indent():
                     self._emit_tile(out, inner, full=True)
                 out.writeline("} else {")
@@ -97,11 +141,11 @@ class CppLoopNest:
 
     def _emit_tile(self, out, inner, full: bool):
         """One block: its tile fills, then its rows in vector chunks. ``full``: the block's
-        extents are TILE_ROWS x TILE_COLS (constants); else they end at x{k-1}_end/x{k}_end."""
+        extents are tile_rows x TILE_COLS (constants); else they end at x{k-1}_end/x{k}_end."""
         k = len(self.x_sizes) - 1
-        row_end = f"x{k - 1}_tile + {TILE_ROWS}" if full else f"x{k - 1}_end"
+        row_end = f"x{k - 1}_tile + {self.tile_rows}" if full else f"x{k - 1}_end"
         col_end = f"x{k}_tile + {TILE_COLS}" if full else f"x{k}_end"
-        self._emit_tile_fills(out, str(TILE_ROWS) if full else f"x{k - 1}_end - x{k - 1}_tile",
+        self._emit_tile_fills(out, str(self.tile_rows) if full else f"x{k - 1}_end - x{k - 1}_tile",
                               str(TILE_COLS) if full else f"x{k}_end - x{k}_tile")
         out.writeline(f"for (int64_t x{k - 1} = x{k - 1}_tile; x{k - 1} < {row_end}; ++x{k - 1}) {{")
         out.writeline(f"for (int64_t x{k} = x{k}_tile; x{k} < {col_end}; x{k} += tf::kVecLanes) {{")
@@ -277,7 +321,7 @@ class CppLoopNest:
             outer_hint = math.prod(hints[:-2 if self.tiled else -1 if self.axis == "x" else len(hints)])
             if self.tiled:
                 outer_names, outer_sizes = outer_names[:-2], outer_sizes[:-2]
-                outer_count = outer_hint * -(-hints[-2] // TILE_ROWS) * -(-hints[-1] // TILE_COLS)
+                outer_count = outer_hint * -(-hints[-2] // self.tile_rows) * -(-hints[-1] // TILE_COLS)
             elif self.axis == "x":
                 outer_names, outer_sizes = outer_names[:-1], outer_sizes[:-1]
                 outer_count = outer_hint * -(-hints[-1] // 16)
@@ -306,27 +350,20 @@ class CppLoopNest:
 
     def _declare_local_buffers(self, code):
         row = cexpr(sym.product(self.r_sizes))
+        rows, what = (f"{row} * tf::kVecLanes", "a row per vector lane") if self.axis == "x" else (row, "one row")
         for name, local in self.local_buffers.items():
             t = ctype(self.graph.name_to_buffer[name].get_dtype())
-            code.writeline(f"tf::LocalBuffer<{t}> {local}_storage({row});  // one row of {name}, per thread")
+            code.writeline(f"tf::LocalBuffer<{t}> {local}_storage({rows});  // {what} of {name}, per thread")
             code.writeline(f"{t}* __restrict__ {local} = {local}_storage.get();")
 
     def _emit_tile_fills(self, out, row_count: str, col_count: str):
         k = len(self.x_sizes) - 1
         outer = sympy.Symbol(f"x{k - 1}", integer=True, nonnegative=True)
         inner = sympy.Symbol(f"x{k}", integer=True, nonnegative=True)
-        row, col = sympy.Symbol("tr", integer=True), sympy.Symbol("tc", integer=True)
         for name, pointer, index, dtype in self.tiles.values():
-            out.writeline(f"alignas(64) {ctype(dtype)} {name}[{TILE_ROWS * TILE_COLS}];")
+            out.writeline(f"alignas(64) {ctype(dtype)} {name}[{self.tile_rows * TILE_COLS}];")
             corner = index.xreplace({outer: sympy.Symbol(f"x{k - 1}_tile", integer=True),
                                      inner: sympy.Symbol(f"x{k}_tile", integer=True)})
-            if dtype not in HALF_TYPES:
-                out.writeline(f"tf::transpose_to_tile<{TILE_COLS}>({pointer} + {cexpr(corner)}, "
-                              f"{_stride(index, inner)}, {name}, {row_count}, {col_count});")
-                continue
-            source = index.xreplace({outer: sympy.Symbol(f"x{k - 1}_tile", integer=True) + row,
-                                     inner: sympy.Symbol(f"x{k}_tile", integer=True) + col})
-            value = f"tf::{HALF_TYPES[dtype]}_to_float({pointer}[{cexpr(source)}])"
-            out.writeline(f"for (int64_t tc = 0; tc < {col_count}; ++tc)")
-            out.writeline(f"    for (int64_t tr = 0; tr < {row_count}; ++tr)")
-            out.writeline(f"        {name}[tr * {TILE_COLS} + tc] = {value};")
+            copy = f"transpose_{HALF_TYPES[dtype]}_to_tile" if dtype in HALF_TYPES else "transpose_to_tile"
+            out.writeline(f"tf::{copy}<{TILE_COLS}>({pointer} + {cexpr(corner)}, "
+                          f"{_stride(index, inner)}, {name}, {row_count}, {col_count});")

@@ -5,6 +5,7 @@
     python scripts/bench.py --device cpu --backends eager,inductor
     python scripts/bench.py --workloads softmax,norm --repeat 50 --out /tmp/bench
     python scripts/bench.py --workloads mm_ --backends eager,inductor,inductor-max-autotune,tritonfuse-max-autotune
+    python scripts/bench.py --sweep --sweep-quick             # CPU shape sweep (bench_sweep.py)
 
 A backend name may end in "-max-autotune": it is compiled with torch.compile(mode="max-autotune").
 
@@ -91,17 +92,27 @@ def compare(expected: Any, actual: Any, atol: float, rtol: float) -> tuple[bool,
         if a.shape != e.shape or a.dtype != e.dtype:
             return False, math.inf, (f"output {i}: {tuple(a.shape)} {a.dtype}, "
                                      f"eager has {tuple(e.shape)} {e.dtype}")
-        e64, a64 = e.detach().double(), a.detach().double()
+        bad, err = _compare_in_chunks(e.detach().reshape(-1), a.detach().reshape(-1), atol, rtol)
+        max_err = max(max_err, err)
+        if bad:
+            return False, max_err, (f"output {i}: {bad} of {e.numel()} elements differ, "
+                                    f"max abs error {err:.3g} (atol {atol:g}, rtol {rtol:g})")
+    return True, max_err, ""
+
+
+def _compare_in_chunks(e: torch.Tensor, a: torch.Tensor, atol: float, rtol: float,
+                       chunk: int = 1 << 24) -> tuple[int, float]:
+    """(elements not close, max abs error) of two flat tensors, in float64, a chunk at a
+    time (a 16k x 16k output would otherwise need several GB of temporaries)."""
+    bad, max_err = 0, 0.0
+    for start in range(0, e.numel(), chunk):
+        e64, a64 = e[start:start + chunk].double(), a[start:start + chunk].double()
         close = torch.isclose(a64, e64, atol=atol, rtol=rtol, equal_nan=True)
         diff = (a64 - e64).abs().nan_to_num(nan=math.inf)
         both_nan = e64.isnan() & a64.isnan()
-        err = float(diff.masked_fill(both_nan, 0).max()) if diff.numel() else 0.0
-        max_err = max(max_err, err)
-        if not bool(close.all()):
-            bad = int((~close).sum())
-            return False, max_err, (f"output {i}: {bad} of {close.numel()} elements differ, "
-                                    f"max abs error {err:.3g} (atol {atol:g}, rtol {rtol:g})")
-    return True, max_err, ""
+        max_err = max(max_err, float(diff.masked_fill(both_nan, 0).max()))
+        bad += int((~close).sum())
+    return bad, max_err
 
 
 # ----------------------------------------------------------------------------------------
@@ -393,6 +404,9 @@ def _suite_of(argv: list[str]) -> tuple[str, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if "--sweep" in argv:   # the shape sweep of the CPU workloads (scripts/bench_sweep.py)
+        from scripts import bench_sweep
+        return bench_sweep.main([a for a in argv if a != "--sweep"])
     suite, rest = _suite_of(argv)
     if suite == "models":
         from scripts import bench_models

@@ -73,15 +73,19 @@ def test_full_reduction_of_a_large_tensor():
     check(lambda a: (a.sum(), a.amax(), a.argmin()), x, atol=1e-2, rtol=1e-4)
 
 
-@pytest.mark.parametrize("shape", [(64, 48), (70, 53), (3, 40, 33)])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+@pytest.mark.parametrize("shape", [(64, 48), (64, 96), (70, 53), (3, 40, 33)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64])
 def test_tiled_transposed_read(shape, dtype):
-    # full 16x16 tiles (compile-time extents), edge tiles, and a batch dim outside the tiles
+    # full tiles (compile-time extents: 16x16, 32x16 for 16-bit types), edge tiles, and a
+    # batch dim outside the tiles
     x = rand(*shape, dtype=dtype) if dtype.is_floating_point else torch.randint(-9, 9, shape)
     y = rand(*shape[:-2], shape[-1], shape[-2], dtype=dtype) if dtype.is_floating_point else \
         torch.randint(-9, 9, (*shape[:-2], shape[-1], shape[-2]))
     sources = check(lambda a, b: a.transpose(-1, -2) * 2 + b, x, y, atol=1e-2, rtol=1e-2)
-    assert "tile" in sources[1]
+    copy = {torch.bfloat16: "transpose_bf16_to_tile<16>", torch.float16: "transpose_half_to_tile<16>"}
+    assert copy.get(dtype, "transpose_to_tile<16>") in sources[1]
+    rows = 32 if dtype in copy else 16   # one tile row of a 16-bit read fills a cache line
+    assert f"_tile += {rows})" in sources[1]
 
 
 def test_transposed_and_gathered_access():
@@ -159,3 +163,20 @@ def test_fewer_openmp_threads_than_requested(tmp_path):
     env = dict(os.environ, OMP_THREAD_LIMIT="1", TRITONFUSE_CACHE_DIR=str(tmp_path))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0 and "ok" in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("shape", [(48, 32), (37, 21), (20, 300)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_row_softmax_of_a_transposed_input(shape, dtype):
+    # the lanes are rows (the input is contiguous along them): exp lives in a thread-local
+    # buffer holding a row per lane, and the output (contiguous along the reduced dim) is
+    # staged in tiles and written transposed; full and partial tiles and vectors
+    x = rand(*shape[:-2], shape[-1], shape[-2], dtype=dtype).transpose(-1, -2)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    sources = check(lambda a: (torch.softmax(a, -1), torch.nn.functional.layer_norm(a, a.shape[-1:])), x,
+                    atol=tol, rtol=tol)
+    kernels = "\n".join(sources[1:])
+    assert "a row per vector lane" in kernels
+    writer = {torch.bfloat16: "store_tile_transposed_bf16(", torch.float16: "store_tile_transposed_half("}
+    assert writer.get(dtype, "store_tile_transposed(") in kernels
+    assert "vscatter" not in kernels

@@ -355,3 +355,53 @@ def test_dynamic_suite_one_symbolic_compile_serves_every_length(tmp_path):
     builds = [e["tritonfuse"]["cpp_builds"] for e in first_pass]
     assert builds[0] > 0 and builds == [builds[0]] * len(lengths)  # no build after the first
     assert "torch.compile(dynamic=True)" in md and "compile s" in md and "recompiles" in md
+
+
+# ----------------------------------------------------------------------------------------
+# bench.py --sweep (scripts/bench_sweep.py): the machinery on a tiny grid
+# ----------------------------------------------------------------------------------------
+
+
+def test_sweep_checks_every_cell_against_eager(tmp_path):
+    """Two workloads x two dtypes x both layouts at 33 x 65, with Dynamo's eager backend
+    (every cell must match) and the off-by-one backend (every cell must be FAIL)."""
+    from scripts import bench_sweep
+
+    if "wrong_for_test" not in torch._dynamo.list_backends(exclude_tags=()):
+        torch._dynamo.register_backend(_wrong_backend, name="wrong_for_test")
+    out = tmp_path / "sweep"
+    rc = bench.main(["--sweep", "--sweep-shapes", "33x65", "--sweep-workloads", "gelu_mul,layer_norm",
+                     "--sweep-dtypes", "f32,bf16", "--backends", "eager,wrong_for_test",
+                     "--repeat", "2", "--out", str(out)])
+    assert rc == 1   # the wrong backend's cells are FAIL
+    report = json.loads((out / "sweep.json").read_text())
+    results = report["results"]
+    cells = {(r["workload"], r["dtype"], r["layout"], r["set"]) for r in results}
+    assert len(results) == len(cells) == 2 * 2 * 2 * 2   # tuned and held-out sets
+    for res in results:
+        assert res["shape"] == [33, 65]
+        assert res["cells"]["eager"]["status"] == "ok" and res["cells"]["eager"]["ms"] > 0
+        wrong = res["cells"]["wrong_for_test"]
+        assert wrong["status"] == "FAIL" and wrong["max_abs_err"] == pytest.approx(1.0, abs=0.02)
+    assert {r["layout"] for r in results} == {"contiguous", "transposed"}
+    md = (out / "sweep.md").read_text()
+    assert "worst cell per workload" in md and "FAIL" in md
+
+
+def test_sweep_grid_and_inputs():
+    from scripts import bench_sweep
+
+    cells = bench_sweep.plan_cells()
+    shapes = {(c.rows, c.cols) for c in cells}
+    assert (64, 64) in shapes and (16384, 16384) in shapes and (513, 1531) in shapes and (777, 3001) in shapes
+    assert {c.dtype for c in cells} == {"f32", "bf16", "f16"}
+    assert {c.set for c in cells} == {"tuned", "heldout"}
+    issue = {"gelu_mul", "layer_norm", "rms_norm_f32_math", "transpose_add"}
+    assert issue <= {c.workload.name for c in cells if c.set == "tuned"}
+    held = {w.name for w in bench_sweep.HELDOUT_WORKLOADS}
+    assert not held & {c.workload.name for c in cells if c.set == "tuned"}
+    # a transposed cell's matrices are transposed views; dtypes as asked
+    spec = bench_sweep.CellSpec(bench_sweep.TUNED_WORKLOADS[1], 5, 7, "bf16", "transposed", "tuned")
+    x, w, b = spec.as_workload().make_inputs("cpu")
+    assert x.shape == (5, 7) and x.stride() == (1, 5) and x.dtype == w.dtype == torch.bfloat16
+    assert w.shape == b.shape == (7,)

@@ -193,6 +193,7 @@ TF_INLINE T& slot(T& first, Rest&... rest) {
 namespace tf {
 namespace detail {
 typedef float v16f __attribute__((vector_size(64)));
+typedef float v16f_unaligned __attribute__((vector_size(64), aligned(4), __may_alias__));
 
 // One butterfly stage of a 16x16 transpose: swap the off-diagonal S x S blocks.
 template <int S>
@@ -214,6 +215,115 @@ TF_INLINE void transpose_stage(v16f* r) {
 }
 }  // namespace detail
 
+namespace detail {
+typedef uint16_t v16u16_unaligned __attribute__((vector_size(32), aligned(2), __may_alias__));
+typedef uint32_t v16u32 __attribute__((vector_size(64)));
+
+// 16 contiguous elements as 16 floats (the bits of 4-byte types as they are). Results go
+// to an out-parameter: returning a 64-byte vector warns (-Wpsabi) on non-AVX-512 builds.
+template <typename T>
+TF_INLINE void load16_as_float_bits(v16f& out, const T* p) {
+    static_assert(sizeof(T) == 4, "4-byte element types only");
+    out = *reinterpret_cast<const v16f_unaligned*>(p);
+}
+struct Bf16Bits {};
+struct HalfBits {};
+TF_INLINE void load16_as_float(v16f& out, const uint16_t* p, Bf16Bits) {
+    out = (v16f)(__builtin_convertvector(*reinterpret_cast<const v16u16_unaligned*>(p), v16u32) << 16);
+}
+TF_INLINE void load16_as_float(v16f& out, const uint16_t* p, HalfBits) {
+    for (int k = 0; k < 16; k += kVecLanes) {   // one register per kVecLanes lanes
+        const Vec<float> part = load_half_as_float(p + k);
+        std::memcpy(reinterpret_cast<float*>(&out) + k, &part.r[0], kVecLanes * sizeof(float));
+    }
+}
+
+// The 16x16 blocks of a transposing copy (see transpose_to_tile); load_row(out, p) puts the
+// 16 elements at p into a v16f, for the float (or 4-byte) type the tile holds.
+template <int TILE_COLS, typename S, typename T, typename LoadRow>
+TF_INLINE void transpose_blocks(const S* src, int64_t col_stride, T* tile, int64_t done_rows,
+                                int64_t done_cols, LoadRow load_row) {
+    for (int64_t c0 = 0; c0 < done_cols; c0 += 16) {
+        for (int64_t r0 = 0; r0 < done_rows; r0 += 16) {
+            // whole-vector loads and stores: a 64-byte memcpy may become two 32-byte
+            // moves, and reading the halves back as one vector stalls store forwarding
+            // (transpose_add ran 1.5x slower that way)
+            v16f block[16];
+            for (int c = 0; c < 16; ++c) load_row(block[c], src + r0 + (c0 + c) * col_stride);
+            transpose_stage<8>(block);
+            transpose_stage<4>(block);
+            transpose_stage<2>(block);
+            transpose_stage<1>(block);
+            for (int r = 0; r < 16; ++r)
+                *reinterpret_cast<v16f_unaligned*>(tile + (r0 + r) * TILE_COLS + c0) = block[r];
+        }
+    }
+}
+
+template <typename S, typename T, typename LoadOne>
+TF_INLINE void transpose_rest(const S* src, int64_t col_stride, T* tile, int TILE_COLS, int64_t rows,
+                              int64_t cols, int64_t done_rows, int64_t done_cols, LoadOne load_one) {
+    for (int64_t tc = 0; tc < cols; ++tc)
+        for (int64_t tr = (tc < done_cols ? done_rows : 0); tr < rows; ++tr)
+            tile[tr * TILE_COLS + tc] = load_one(src[tr + tc * col_stride]);
+}
+}  // namespace detail
+
+namespace detail {
+TF_INLINE void store16(float* p, const v16f& v) { *reinterpret_cast<v16f_unaligned*>(p) = v; }
+template <typename Bits>
+TF_INLINE void store16(uint16_t* p, const v16f& v, Bits) {
+    if constexpr (kVecLanes == 16) {
+        Vec<float> x;
+        std::memcpy(&x.r[0], &v, sizeof v);
+        if constexpr (std::is_same_v<Bits, Bf16Bits>) store_float_as_bf16(p, x);
+        else store_float_as_half(p, x);
+    } else {
+        for (int i = 0; i < 16; ++i)
+            p[i] = std::is_same_v<Bits, Bf16Bits> ? float_to_bf16(v[i]) : float_to_half(v[i]);
+    }
+}
+
+// The transposed write of a tile (see store_tile_transposed); put(p, v16f) stores 16
+// values, put_one(p, float) one.
+template <typename D, typename Put, typename PutOne>
+TF_INLINE void write_tile_transposed(D* dst, int64_t lane_stride, const float* tile, int rows, int count, Put put,
+                                     PutOne put_one) {
+    if (kVecLanes == 16 && rows == 16) {
+        v16f block[16];
+        for (int r = 0; r < 16; ++r) block[r] = *reinterpret_cast<const v16f_unaligned*>(tile + r * kVecLanes);
+        transpose_stage<8>(block);
+        transpose_stage<4>(block);
+        transpose_stage<2>(block);
+        transpose_stage<1>(block);
+        for (int l = 0; l < count; ++l) put(dst + l * lane_stride, block[l]);
+        return;
+    }
+    for (int l = 0; l < count; ++l)
+        for (int r = 0; r < rows; ++r) put_one(dst + l * lane_stride + r, tile[r * kVecLanes + l]);
+}
+}  // namespace detail
+
+// A loop whose vector lanes are rows (x) and whose output is contiguous along the reduced
+// dim (r) -- softmax of a transposed input -- stages up to 16 r steps of its vectors in
+// tile[r * kVecLanes + lane] and writes them here, transposed: lane l's values go to
+// dst[l * lane_stride + r], contiguous, instead of one scattered element per lane and step.
+TF_INLINE void store_tile_transposed(float* dst, int64_t lane_stride, const float* tile, int rows, int count) {
+    detail::write_tile_transposed(dst, lane_stride, tile, rows, count,
+                                  [](float* p, const detail::v16f& v) { detail::store16(p, v); },
+                                  [](float* p, float v) { *p = v; });
+}
+TF_INLINE void store_tile_transposed_bf16(uint16_t* dst, int64_t lane_stride, const float* tile, int rows, int count) {
+    detail::write_tile_transposed(dst, lane_stride, tile, rows, count,
+                                  [](uint16_t* p, const detail::v16f& v) { detail::store16(p, v, detail::Bf16Bits{}); },
+                                  [](uint16_t* p, float v) { *p = float_to_bf16(v); });
+}
+TF_INLINE void store_tile_transposed_half(uint16_t* dst, int64_t lane_stride, const float* tile, int rows, int count) {
+    detail::write_tile_transposed(dst, lane_stride, tile, rows, count,
+                                  [](uint16_t* p, const detail::v16f& v) { detail::store16(p, v, detail::HalfBits{}); },
+                                  [](uint16_t* p, float v) { *p = float_to_half(v); });
+}
+
 // Copy a rows x cols block whose element (tr, tc) is src[tr + tc * col_stride] into
 // tile[tr * TILE_COLS + tc]: a transposing copy, 16x16 blocks at a time in registers.
 template <int TILE_COLS, typename T>
@@ -222,21 +332,34 @@ TF_INLINE void transpose_to_tile(const T* src, int64_t col_stride, T* tile, int6
     if constexpr (sizeof(T) == 4) {
         done_rows = rows - rows % 16;
         done_cols = cols - cols % 16;
-        for (int64_t c0 = 0; c0 < done_cols; c0 += 16) {
-            for (int64_t r0 = 0; r0 < done_rows; r0 += 16) {
-                detail::v16f block[16];
-                for (int c = 0; c < 16; ++c) std::memcpy(&block[c], src + r0 + (c0 + c) * col_stride, 64);
-                detail::transpose_stage<8>(block);
-                detail::transpose_stage<4>(block);
-                detail::transpose_stage<2>(block);
-                detail::transpose_stage<1>(block);
-                for (int r = 0; r < 16; ++r) std::memcpy(tile + (r0 + r) * TILE_COLS + c0, &block[r], 64);
-            }
-        }
+        detail::transpose_blocks<TILE_COLS>(src, col_stride, tile, done_rows, done_cols,
+                                            [](detail::v16f& out, const T* p) { detail::load16_as_float_bits(out, p); });
     }
-    for (int64_t tc = 0; tc < cols; ++tc)
-        for (int64_t tr = (tc < done_cols ? done_rows : 0); tr < rows; ++tr)
-            tile[tr * TILE_COLS + tc] = src[tr + tc * col_stride];
+    detail::transpose_rest(src, col_stride, tile, TILE_COLS, rows, cols, done_rows, done_cols,
+                           [](T v) { return v; });
+}
+
+namespace detail {
+template <int TILE_COLS, typename Bits, typename ToFloat>
+TF_INLINE void transpose_16bit_to_tile(const uint16_t* src, int64_t col_stride, float* tile, int64_t rows,
+                                       int64_t cols, ToFloat to_float) {
+    const int64_t done_rows = rows - rows % 16, done_cols = cols - cols % 16;
+    transpose_blocks<TILE_COLS>(src, col_stride, tile, done_rows, done_cols,
+                                [](v16f& out, const uint16_t* p) { load16_as_float(out, p, Bits{}); });
+    transpose_rest(src, col_stride, tile, TILE_COLS, rows, cols, done_rows, done_cols, to_float);
+}
+}  // namespace detail
+
+// The same for bf16 / half sources, converted to the float tile on the way.
+template <int TILE_COLS>
+TF_INLINE void transpose_bf16_to_tile(const uint16_t* src, int64_t col_stride, float* tile, int64_t rows,
+                                      int64_t cols) {
+    detail::transpose_16bit_to_tile<TILE_COLS, detail::Bf16Bits>(src, col_stride, tile, rows, cols, bf16_to_float);
+}
+template <int TILE_COLS>
+TF_INLINE void transpose_half_to_tile(const uint16_t* src, int64_t col_stride, float* tile, int64_t rows,
+                                      int64_t cols) {
+    detail::transpose_16bit_to_tile<TILE_COLS, detail::HalfBits>(src, col_stride, tile, rows, cols, half_to_float);
 }
 
 }  // namespace tf
