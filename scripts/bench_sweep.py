@@ -453,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {"machine": info, "device": "cpu", "backends": backends, "repeat": args.repeat,
               "timing": timing, "wall_s": round(time.perf_counter() - started, 1),
               "results": results, "summary": summarize(results, backends)}
-    write_report(report, Path(args.out), "sweep", render_markdown(report), lambda *_: "")
+    write_report(report, Path(args.out), "sweep", render_markdown(report),
+                 lambda *_: "no chart for the sweep: sweep.md has the tables")
     print_summary(report["summary"], backends)
     bad = [r for r in results for c in r["cells"].values() if c["status"] in ("FAIL", "error")]
     return 1 if bad else 0
