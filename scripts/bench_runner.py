@@ -31,6 +31,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -93,7 +94,7 @@ class _Worker:
         self.events = work_dir / f"{name}.events.jsonl"
         self.log = work_dir / f"{name}.log"
         spec = work_dir / f"{name}.spec.json"
-        spec.write_text(json.dumps({"params": job.params, "events": str(self.events)}))
+        spec.write_text(json.dumps({"params": job.params, "events": str(self.events), "parent": os.getpid()}))
         self.events.write_text("")
         job.cache_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log, "w") as log:
@@ -196,6 +197,7 @@ class Runner:
     def run(self, jobs: list[Job]) -> Iterator[tuple[Job, JobResult]]:
         """Run the jobs one at a time, in order; yields each with its result."""
         done: dict[str, JobResult] = {}
+        worker: _Worker | None = None
         waiting: _Worker | None = None
         try:
             for i, job in enumerate(jobs):
@@ -218,9 +220,10 @@ class Runner:
                     result = worker.finish(job.timeout_s, run_limit=False)
                 done[job.key] = result
                 yield job, result
-        finally:
-            if waiting is not None:
-                waiting.kill()
+        finally:   # also on Ctrl-C or an error here: no worker outlives the run
+            for left_over in (worker, waiting):
+                if left_over is not None:
+                    left_over.kill()
 
 
 # ----------------------------------------------------------------------------------------
@@ -230,12 +233,27 @@ class Runner:
 Emit = Callable[[str, Any], None]
 
 
+def _exit_with_parent(parent: int | None) -> None:
+    """A worker runs in its own session (so that a kill takes its compile workers too), so
+    nothing ends it when the run dies without killing it (SIGKILL, a crash): it watches
+    for being handed to another parent (also while it was still starting) and exits then."""
+    parent = parent or os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def worker_main(argv: list[str], prepare: Callable[[dict], None],
                 work: Callable[[dict, Emit], None]) -> int:
     """Entry point of a worker: ``argv`` is ``["--worker", spec_path]``. Calls
     ``prepare(params)`` (imports), waits for the go, then ``work(params, emit)``."""
     spec = json.loads(Path(argv[1]).read_text())
     params = spec["params"]
+    _exit_with_parent(spec.get("parent"))
     with open(spec["events"], "a") as events:
         def emit(key: str, value: Any) -> None:
             events.write(json.dumps({"key": key, "value": value}, default=str) + "\n")

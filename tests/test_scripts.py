@@ -405,3 +405,55 @@ def test_sweep_grid_and_inputs():
     x, w, b = spec.as_workload().make_inputs("cpu")
     assert x.shape == (5, 7) and x.stride() == (1, 5) and x.dtype == w.dtype == torch.bfloat16
     assert w.shape == b.shape == (7,)
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and text in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                pids.append(int(proc.name))
+        except OSError:
+            pass
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc to find the worker")
+def test_a_worker_does_not_outlive_a_killed_run(tmp_path):
+    """A worker runs in its own session (a kill takes its compile workers too); when the run
+    itself is killed (SIGKILL: nothing of it runs again) its hanging worker exits by itself."""
+    import os
+    import signal
+    import time
+    root = tmp_path / "root"
+    run = subprocess.Popen([sys.executable, "scripts/bench.py", "--suite", "models", "--models", "nn-lm",
+                            "--modes", "infer", "--backends", HANG, *SUITE_ARGS, "--timeout", "600",
+                            "--cache-root", str(root), "--out", str(tmp_path / "out")],
+                           cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        workers = []
+        while not workers and time.monotonic() < deadline:
+            time.sleep(0.5)
+            workers = [p for p in _processes_mentioning(str(root)) if p != run.pid]
+        assert workers, "the run started no worker"
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() and
+                                                   "Z" not in _state(p) for p in workers):
+            time.sleep(0.5)
+        alive = [p for p in workers if Path(f"/proc/{p}").exists() and "Z" not in _state(p)]
+        for p in alive:
+            os.kill(p, signal.SIGKILL)
+        assert not alive, "a worker outlived its killed run"
+    finally:
+        if run.poll() is None:
+            run.kill()
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"
