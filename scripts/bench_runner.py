@@ -233,11 +233,10 @@ class Runner:
 Emit = Callable[[str, Any], None]
 
 
-def _exit_with_parent(parent: int | None) -> None:
+def _exit_with_parent(parent: int) -> None:
     """A worker runs in its own session (so that a kill takes its compile workers too), so
     nothing ends it when the run dies without killing it (SIGKILL, a crash): it watches
     for being handed to another parent (also while it was still starting) and exits then."""
-    parent = parent or os.getppid()
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -253,7 +252,7 @@ def worker_main(argv: list[str], prepare: Callable[[dict], None],
     ``prepare(params)`` (imports), waits for the go, then ``work(params, emit)``."""
     spec = json.loads(Path(argv[1]).read_text())
     params = spec["params"]
-    _exit_with_parent(spec.get("parent"))
+    _exit_with_parent(spec["parent"])
     with open(spec["events"], "a") as events:
         def emit(key: str, value: Any) -> None:
             events.write(json.dumps({"key": key, "value": value}, default=str) + "\n")
