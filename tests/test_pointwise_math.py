@@ -68,16 +68,16 @@ def test_unary(device, name):
     x = values(low, high, _edges(name)).to(device)
     odd = x.reshape(-1)[: 7 * 23].reshape(7, 23)
     # float32 on an odd-sized tensor, a transposed view, and bfloat16 where eager has it
-    if _eager_supports(fn, torch.bfloat16):
+    if _eager_supports(fn, torch.bfloat16, device):
         check(lambda a, b, c: (fn(a), fn(b.t()), fn(c)), x, odd, x.to(torch.bfloat16))
     else:
         check(lambda a, b: (fn(a), fn(b.t())), x, odd)
     _no_fallbacks()
 
 
-def _eager_supports(fn, dtype):
+def _eager_supports(fn, dtype, device):
     try:
-        fn(torch.ones(1, dtype=dtype))
+        fn(torch.ones(1, dtype=dtype, device=device))
         return True
     except (NotImplementedError, RuntimeError):
         return False

@@ -132,6 +132,9 @@ class TritonScheduling(BackendScheduling):
         "min": {torch.int32, torch.int64},
     }
     deterministic_scatter = False   # atomic float sums land in any order
+    # the GEMM template (max-autotune): the matmuls it takes and its choice against aten
+    matmul_choice = MatmulChoice(_templates, "cuda", (torch.float16, torch.bfloat16, torch.float32),
+                                 use_libdevice=True)
 
     def __init__(self, scheduler, wrapper, graph):
         super().__init__(scheduler, wrapper, graph)
