@@ -165,6 +165,12 @@ def _group_tables(rows: list[dict], backends: list[str], summary: dict, group: s
                           str(warm.get("graph_cache_hits", "-")),
                           short_op_names(m.get("fallbacks", {}))])
         lines += markdown_table(header, table, align_right_from=2)
+        reasons = [(row["model"], row["mode"], graph, why) for row in rows
+                   for graph, why in ((row["cells"]["tritonfuse"].get("tritonfuse") or {})
+                                      .get("eager_graph_reasons", {}).items())]
+        if reasons:
+            lines += ["", "Graphs tritonfuse ran eagerly, and why:", ""]
+            lines += [f"- {model} {mode}, {graph}: {why}" for model, mode, graph, why in reasons]
 
     lines += ["", "### Accuracy: relative L2 error vs the higher-precision reference "
               "(eager's own in parentheses)", ""]

@@ -20,13 +20,14 @@ export TRITONFUSE_CACHE_DIR=/tmp/tritonfuse_cache TRITONFUSE_AUTOTUNE_CACHE_DIR=
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "(editable install failed: entry point test may fail)"
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } | tee "$OUT/machine.txt"
 
-# test files sorted by name, split in two halves of about equal cuda time
+# test files sorted by name (test_fault_injection: CPU backends in subprocesses, CI runs it;
+# on this machine each subprocess pays a CUDA-enabled torch import, and the file takes 15 minutes), split in two halves of about equal cuda time
 mapfile -t files < <(ls tests/test_*.py | sort)
 half=$(( ${#files[@]} / 2 ))
 cuda_tests() {   # name, files...
     local name=$1; shift
     TRITONFUSE_TEST_DEVICES=cuda timeout 560 python3 -m pytest -q -p no:cacheprovider -rfE --tb=line \
-        -k "not warmup_script and not test_scripts" --junitxml="$OUT/$name.xml" "$@" > "$OUT/$name.txt" 2>&1
+        -k "not warmup_script and not test_scripts" --ignore=tests/test_fault_injection.py --junitxml="$OUT/$name.xml" "$@" > "$OUT/$name.txt" 2>&1
     echo "rc=$?" >> "$OUT/$name.txt"
     grep -E "^(FAILED|ERROR)|passed|failed|rc=" "$OUT/$name.txt" | tail -40
 }

@@ -145,3 +145,19 @@ def test_float32_to_bfloat16_rounds_to_nearest_even(device):
     check(lambda a: a.sum(1).to(torch.bfloat16), rows, atol=0, rtol=0)
     # and back: bfloat16 values (subnormals too) widen exactly
     check(lambda a: (a.float() * 2, a * 2), x.to(torch.bfloat16), atol=0, rtol=0)
+
+
+def test_a_cpu_tensor_created_in_the_graph_mixes_with_device_tensors(device):
+    """``torch.tensor(3)`` in a model's forward is a 0-d CPU constant even when the model
+    runs on a GPU (HF T5's training step has one): eager mixes it with GPU tensors, and the
+    GPU's kernels read its value inlined. Returned as it is, it stays on the CPU, as in eager;
+    nothing runs eagerly."""
+    x = rand(6, 5, device=device)
+
+    def fn(a):
+        three, half = torch.tensor(3), torch.tensor(0.5)
+        return (a * three + half).sum(-1) / three, half, torch.tensor(-2.0) * 4
+
+    check(fn, x)
+    result = torch.compile(fn, backend="tritonfuse", dynamic=False)(x)
+    assert [r.device for r in result] == [e.device for e in fn(x)]

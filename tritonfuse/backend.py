@@ -42,7 +42,7 @@ _graph_counter = itertools.count()
 def _runs_eagerly(what: str, error: Exception) -> None:
     """Count and log (once per graph) a graph that tritonfuse gives up on."""
     from . import metrics
-    metrics.eager_graphs += 1
+    metrics.record_eager_graph(what, error)
     log.warning("tritonfuse: could not compile %s (%s: %s); running it eagerly", what, type(error).__name__,
                 error, exc_info=log.isEnabledFor(logging.DEBUG))
 
@@ -126,6 +126,7 @@ def tritonfuse_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, opti
 
 
 def _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_table, options, cudagraphs):
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
     shortcut = InferenceShortcut(gm, example_inputs)
     backend = aot_autograd(
         fw_compiler=_compiler("forward", options, cudagraphs),
@@ -133,6 +134,10 @@ def _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_t
         inference_compiler=shortcut.wrap(_compiler("inference", options, cudagraphs)),
         decompositions=decomposition_table(),
         keep_inference_input_mutations=False,
+        # the forward saves what is cheapest to keep: cheap pointwise work (casts, masks,
+        # activations) is recomputed in the backward's kernels instead of written out and
+        # read back (the bf16 logits of a language model rather than their float32 copy)
+        partition_fn=min_cut_rematerialization_partition,
     )
     try:
         with _effect_tokens_in_graph():

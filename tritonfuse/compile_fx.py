@@ -105,7 +105,7 @@ class CompiledGraph:
                 raise error
             log.warning("tritonfuse: generated code %s failed on its first call (%s: %s); running the graph "
                         "eagerly", self.path, type(error).__name__, error)
-            metrics.add("eager_graphs")
+            metrics.record_eager_graph(self.path, error)
             eager_fn = self.eager_fn
             self.call = lambda inputs: eager_fn(*inputs)
             return list(self.call(saved))

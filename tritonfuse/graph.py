@@ -116,9 +116,13 @@ class GraphLowering(torch.fx.Interpreter):
                               real=True, integer=not floating)
         self.host_scalars.append(symbol)
         self.symbol_sources[symbol] = f"{name}.item()"
-        device = next((t.device for t in self.example_inputs if isinstance(t, torch.Tensor) and t.device.type != "cpu"),
-                      tensor.device)
-        return TensorBox.create(Pointwise(device, tensor.dtype, make_loader(symbol, tensor.dtype), [], origins=(name,)))
+        return TensorBox.create(Pointwise(self._accelerator(tensor), tensor.dtype, make_loader(symbol, tensor.dtype), [],
+                                          origins=(name,)))
+
+    def _accelerator(self, host_tensor):
+        """The device of the graph's first non-CPU input (where a host scalar's readers run)."""
+        return next((t.device for t in self.example_inputs if isinstance(t, torch.Tensor) and t.device.type != "cpu"),
+                    host_tensor.device)
 
     def _bind(self, expr, source):
         """Generated code reads the size symbol ``expr`` from ``source`` (if not bound yet)."""
@@ -132,6 +136,9 @@ class GraphLowering(torch.fx.Interpreter):
         value = getattr(self.module, target)
         if not isinstance(value, torch.Tensor):
             return value
+        if self._is_host_scalar(value):   # torch.tensor(3) in a GPU graph: its value, inlined
+            return TensorBox.create(Pointwise(self._accelerator(value), value.dtype,
+                                              make_loader(value.item(), value.dtype), [], origins=(target,)))
         name = f"const{len(self.constants)}"
         self.constants[name] = value
         buffer = self._make_input(name, value)
@@ -251,6 +258,8 @@ class GraphLowering(torch.fx.Interpreter):
         next graph, e.g. the backward reading a saved tensor, was traced with them)."""
         if value is None or not isinstance(value, TensorBox):
             return value
+        if isinstance(meta, torch.Tensor) and meta.device.type != value.get_device().type:
+            return self._copy_to_device(value, meta)
         want = (sym.sizes_of(meta.shape), sym.sizes_of(meta.stride())) if isinstance(meta, torch.Tensor) else None
         box = storage_of(value)
         if box is not None and not box.is_realized():
@@ -272,6 +281,17 @@ class GraphLowering(torch.fx.Interpreter):
         copy = StorageBox(Pointwise(value.get_device(), value.get_dtype(), value.make_loader(),
                                     list(value.get_size()), origins=("clone",)))
         return copy.realize()
+
+    def _copy_to_device(self, value, meta):
+        """An output eager leaves on another device than the one the graph computed it on
+        (a host scalar, inlined into the GPU's kernels, returned as it is): an aten copy."""
+        source = self._fallback_inputs(value, None, exact=False)
+        kernel = FallbackKernel(name=f"fallback{len(self.fallback_kernels)}", op=aten._to_copy.default,
+                                args=(source,), kwargs={"device": meta.device},
+                                reason="an output eager keeps on another device")
+        self.fallback_kernels.append(kernel)
+        self.operations.append(kernel)
+        return storage_of(self._fallback_outputs(kernel, meta, ())).data
 
     # ---- fallbacks ------------------------------------------------------------------
     def make_fallback(self, target, args, kwargs, reason):

@@ -63,7 +63,8 @@ class PerShapeGraph:
 
     def _compile(self, key, args):
         if len(self.compiled) >= config.max_shape_specializations:
-            metrics.eager_graphs += 1
+            metrics.record_eager_graph(f"{self.graph_id} {key}", "more than tritonfuse.config.max_shape_specializations "
+                                       "input shapes")
             if not self.warned:
                 log.warning("tritonfuse: more than %d input shapes for %s; new shapes run eagerly "
                             "(tritonfuse.config.max_shape_specializations)", config.max_shape_specializations,
@@ -78,7 +79,7 @@ class PerShapeGraph:
                                          options=self.options)
                 metrics.static_specializations += 1
             except Exception as error:  # never crash the user's model
-                metrics.eager_graphs += 1
+                metrics.record_eager_graph(f"{self.graph_id} {key}", error)
                 log.warning("tritonfuse: could not compile %s for shapes %s (%s: %s); they run eagerly",
                             self.graph_id, key, type(error).__name__, error)
                 compiled = self._eager
