@@ -126,7 +126,7 @@ def tritonfuse_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, opti
 
 
 def _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_table, options, cudagraphs):
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
     shortcut = InferenceShortcut(gm, example_inputs)
     backend = aot_autograd(
         fw_compiler=_compiler("forward", options, cudagraphs),
@@ -137,7 +137,8 @@ def _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_t
         # the forward saves what is cheapest to keep: cheap pointwise work (casts, masks,
         # activations) is recomputed in the backward's kernels instead of written out and
         # read back (the bf16 logits of a language model rather than their float32 copy)
-        partition_fn=min_cut_rematerialization_partition,
+        partition_fn=(min_cut_rematerialization_partition if config.partitioner == "min_cut"
+                      else default_partition),
     )
     try:
         with _effect_tokens_in_graph():

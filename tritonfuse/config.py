@@ -238,6 +238,11 @@ KNOBS: dict[str, Knob] = {
         "TRITONFUSE_DIRECT_INFERENCE", Flag(), True,
         "call an inference graph that needs none of aot_autograd's runtime-wrapper work (no "
         "input mutation, no aliased output, no autocast) directly"),
+    "partitioner": Knob(
+        "TRITONFUSE_PARTITIONER", Choice("min_cut", "default"), "min_cut",
+        "how aot_autograd splits a training graph into forward and backward: min_cut saves "
+        "what is cheapest to keep and recomputes cheap pointwise work in the backward's "
+        "kernels; default saves every value the backward reads"),
     "cudagraphs": Knob(
         "TRITONFUSE_CUDAGRAPHS", Flag(), False,
         "replay compiled graphs from CUDA graphs, as torch.compile(mode=\"reduce-overhead\") "

@@ -137,8 +137,11 @@ class GraphLowering(torch.fx.Interpreter):
         if not isinstance(value, torch.Tensor):
             return value
         if self._is_host_scalar(value):   # torch.tensor(3) in a GPU graph: its value, inlined
+            from torch._subclasses.fake_tensor import unset_fake_temporarily
+            with unset_fake_temporarily():   # lowering may run under the graph's fake mode
+                number = value.item()
             return TensorBox.create(Pointwise(self._accelerator(value), value.dtype,
-                                              make_loader(value.item(), value.dtype), [], origins=(target,)))
+                                              make_loader(number, value.dtype), [], origins=(target,)))
         name = f"const{len(self.constants)}"
         self.constants[name] = value
         buffer = self._make_input(name, value)
