@@ -308,8 +308,9 @@ def _markdown(report: dict) -> str:
              f"{s['dtype']}, {cfg['batch']}x{cfg['length']} tokens per rank, AdamW; DDP buckets {cfg['bucket_mb']} MB. "
              f"First call: the first training step, compiles included (slowest rank). Step: rank 0's median "
              f"(slowest rank's in brackets). Loss: rank 0's after {s['steps'] + WARMUP_STEPS + 1} steps, "
-             f"minus eager's (ok within {LOSS_RTOL[s['dtype']]:.0%}). Eager graphs: tritonfuse graphs that "
-             "ran eagerly, per rank.", ""]
+             f"minus eager's (ok within {LOSS_RTOL[s['dtype']]:.0%}). Graphs: those Dynamo handed to the "
+             "backend (DDP: split by DDPOptimizer at buckets), each compiled as a forward and a backward. Eager "
+             "graphs: tritonfuse graphs that ran eagerly, per rank.", ""]
     header = ["wrap", "backend", "first call s", "step ms", "vs eager", "vs inductor", "peak GB", "loss diff",
               "graphs", "eager graphs", "fallbacks", "kernels"]
     rows, notes = [], bench_common.Notes()
