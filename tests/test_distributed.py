@@ -41,8 +41,8 @@ class _Block(torch.nn.Module):
         self.up = torch.nn.Linear(width, 2 * width)
         self.down = torch.nn.Linear(2 * width, width)
 
-    def forward(self, x):
-        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+    def forward(self, x, keep):
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x)))) * keep
 
 
 class _Model(torch.nn.Module):
@@ -52,8 +52,12 @@ class _Model(torch.nn.Module):
         self.head = torch.nn.Linear(width, 1)
 
     def forward(self, x):
+        # computed once and expanded (stride 0), read by every block as attention masks are:
+        # under DDP it crosses the graph splits, an expanded output of one graph and an input
+        # of the next (the case that ran eagerly on GPUs, issue 16)
+        keep = (x[:, :1] > -1).to(x.dtype).expand_as(x)
         for block in self.blocks:
-            x = block(x)
+            x = block(x, keep)
         return self.head(torch.softmax(x, -1) * x).sum(-1)   # not a view: FSDP2 warns about those
 
 
