@@ -275,10 +275,11 @@ def _summarize(ranks: list[dict]) -> dict:
     if not ok:
         return {"rank_errors": failed} if failed else {}
     first = ranks[0] if "error" not in ranks[0] else ok[0]
+    dynamo = first.get("dynamo", {})
     cell = {"first_call_s": max(r["first_call_s"] for r in ok), "step_ms": _median(first["step_ms"]),
             "step_ms_slowest_rank": max(_median(r["step_ms"]) for r in ok), "losses": first["losses"],
             "peak_memory_gb": max(r.get("peak_memory_gb", r.get("peak_rss_gb", 0)) for r in ok),
-            "graphs": first.get("dynamo", {}).get("graphs"), "graph_breaks": first.get("dynamo", {}).get("graph_breaks")}
+            "graphs": dynamo.get("graphs"), "graph_breaks": dynamo.get("graph_breaks")}
     if failed:
         cell["rank_errors"] = failed
     if "tritonfuse" in first:
@@ -397,8 +398,9 @@ def main(argv=None) -> int:
               "inductor_default_threads": cuda and bench_common.INDUCTOR_THREADS_SET_HERE}
     limit = args.time_limit if args.time_limit is not None else (470 if cuda else 0)
     cache_root = Path(tempfile.mkdtemp(prefix="bench-ddp-caches-"))
+    timeout = args.timeout or (200 if cuda else 900)
     jobs = [Job(f"{wrap}/{backend}", "scripts.bench_ddp", dict(params, wrap=wrap, backend=backend),
-                cache_root / wrap / backend, args.timeout or (200 if cuda else 900)) for wrap in wraps for backend in backends]
+                cache_root / wrap / backend, timeout) for wrap in wraps for backend in backends]
     runner = Runner(cache_root / "workers", args.device, started, limit or None, prespawn=cuda)
     machine = bench_common.machine_info(torch.device(args.device))
     try:
