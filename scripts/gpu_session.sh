@@ -9,6 +9,7 @@
 #   bash scripts/gpu_session.sh dynamic   # bench --suite dynamic, inference and training
 #   bash scripts/gpu_session.sh gemm      # GEMM rows, default and max-autotune, and the GEMM tests
 #   bash scripts/gpu_session.sh perf      # autotune warm-up cold/warm, kernel bench, demo
+#   bash scripts/gpu_session.sh ddp       # GPT-2 under DDP and FSDP2 on 2 GPUs (eager, Inductor, tritonfuse)
 # On the device machine (no pip, no network) expecttest comes from .whl/pkgs (git-ignored:
 # carry it along); the editable install gives the entry point its test.
 set -uo pipefail
@@ -59,5 +60,7 @@ perf)
     done
     timeout 200 python3 scripts/bench.py --device cuda --out "$OUT/bench_tuned" 2>&1 | tail -5
     timeout 100 python3 scripts/demo.py --device cuda 2>&1 | tail -40 | tee "$OUT/demo.txt" ;;
-*) sed -n 2,12p "$0"; exit 2 ;;
+ddp)     # needs 2 GPUs (nvidia-h100-x2); the run keeps within 470 s (--time-limit)
+    timeout 580 python3 scripts/bench_ddp.py --device cuda --out "$OUT/ddp" 2>&1 | tail -40 ;;
+*) sed -n 2,13p "$0"; exit 2 ;;
 esac

@@ -41,8 +41,8 @@ class _Block(torch.nn.Module):
         self.up = torch.nn.Linear(width, 2 * width)
         self.down = torch.nn.Linear(2 * width, width)
 
-    def forward(self, x):
-        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+    def forward(self, x, keep):
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x)))) * keep
 
 
 class _Model(torch.nn.Module):
@@ -52,8 +52,12 @@ class _Model(torch.nn.Module):
         self.head = torch.nn.Linear(width, 1)
 
     def forward(self, x):
+        # computed once and expanded (stride 0), read by every block as attention masks are:
+        # under DDP it crosses the graph splits, an expanded output of one graph and an input
+        # of the next (the case that ran eagerly on GPUs, issue 16)
+        keep = (x[:, :1] > -1).to(x.dtype).expand_as(x)
         for block in self.blocks:
-            x = block(x)
+            x = block(x, keep)
         return self.head(torch.softmax(x, -1) * x).sum(-1)   # not a view: FSDP2 warns about those
 
 
@@ -183,3 +187,34 @@ def test_two_ranks_train_like_eager(mode, device_type, tmp_path):
         median = {kind: 1e3 * times[len(times) // 2] for kind, times in timed.items()}
         print(f"\n{mode} on 2 GPUs, median step: tritonfuse {median['compiled']:.2f} ms, "
               f"inductor {median['inductor']:.2f} ms, eager {median['eager']:.2f} ms")
+
+
+def test_bench_ddp_report_keeps_failed_cells_and_compares_losses():
+    """scripts/bench_ddp.py's table from rank results: ratios against eager and Inductor,
+    the loss check, per-rank eager graphs with their reasons, and a failed cell's error."""
+    from scripts import bench_ddp
+
+    def rank(step_ms, loss, **extra):
+        return dict({"first_call_s": 2.0, "step_ms": [step_ms] * 3, "losses": [9.0, loss], "peak_memory_gb": 1.0,
+                     "dynamo": {"graphs": 4, "graph_breaks": 0}}, **extra)
+
+    tritonfuse = {"eager_graphs": 1, "eager_graph_reasons": ["graph g1 failed"], "fallbacks": {"aten.mm": "why"},
+                  "kernels": 7}
+    cells = {"ddp/eager": bench_ddp._summarize([rank(12.0, 5.0), rank(12.5, 5.1)]),
+             "ddp/inductor": bench_ddp._summarize([rank(10.0, 5.01), rank(10.0, 5.0)]),
+             "ddp/tritonfuse": bench_ddp._summarize([rank(8.0, 6.0, tritonfuse=tritonfuse),
+                                                      rank(8.0, 6.0, tritonfuse=dict(tritonfuse, eager_graphs=0))]),
+             "fsdp2/tritonfuse": {"error": "error: rank 0: RuntimeError: boom"}}
+    for key in ("ddp/inductor", "ddp/tritonfuse"):
+        bench_ddp._check_loss(cells[key], cells["ddp/eager"], "bfloat16")
+    assert cells["ddp/inductor"]["loss_ok"] and not cells["ddp/tritonfuse"]["loss_ok"]
+    assert cells["ddp/eager"]["step_ms_slowest_rank"] == 12.5
+    assert cells["ddp/tritonfuse"]["eager_graphs_per_rank"] == [1, 0]
+    settings = {"device": "cpu", "dtype": "bfloat16", "steps": 3, "config": bench_ddp.CONFIGS["small"]}
+    machine = {"device": "cpu", "device_name": "test", "torch": "-", "triton": "-", "python": "-", "cpu_count": 2,
+               "torch_threads": 1, "timestamp": "-"}
+    text = bench_ddp._markdown({"settings": settings, "machine": machine, "cells": cells})
+    rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): line for line in text.splitlines()}
+    row = rows["ddp", "tritonfuse"]
+    assert "1.50x" in row and "1.25x" in row and "WRONG" in row and "1/0 [1]" in row, row
+    assert "graph g1 failed" in text and "RuntimeError: boom" in text
