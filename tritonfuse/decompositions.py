@@ -49,7 +49,40 @@ def decomposition_table():
     table = get_decompositions(ops)
     table[aten.embedding_dense_backward.default] = _embedding_backward_where_ordered(
         table[aten.embedding_dense_backward.default])
+    table[aten._to_copy.default] = _dtype_cast_as_convert_element_type
+    table[aten.detach.default] = _detach_as_alias
     return table
+
+
+def _detach_as_alias(x):
+    """``detach`` (autograd's own, in the backward's reads of saved values) as ``alias``: a
+    view the min-cut partitioner knows fuses into its reader; a ``detach`` between the
+    log-softmax and the backward's ``exp`` made it save the float32 log-softmax itself rather
+    than the bf16 logits and two per-row scalars."""
+    return torch.ops.aten.alias.default(x)
+
+
+def _dense(x) -> bool:
+    """x covers its storage span without holes or overlaps (False when that depends on a symbol)."""
+    import torch._prims_common as prims_common
+    test = getattr(prims_common, "is_non_overlapping_and_dense_or_false", None)   # torch >= 2.13
+    if test is None:
+        test = prims_common.is_non_overlapping_and_dense
+    return bool(test(x))
+
+
+def _dtype_cast_as_convert_element_type(x, *, dtype=None, layout=None, device=None, pin_memory=None,
+                                        non_blocking=False, memory_format=None):
+    """``x.to(dtype)`` as ``prims.convert_element_type``: the same kernel, and the form
+    aot_autograd's min-cut partitioner knows it may recompute in the backward (it never
+    recomputes ``aten._to_copy``, so a language model's float32 copy of its bf16 logits, or
+    the log-softmax computed from it, was saved for the backward at twice the bytes of the
+    logits). Copies that change the device, layout or memory format stay ``_to_copy``."""
+    if (dtype is None or dtype == x.dtype or (device is not None and torch.device(device) != x.device)
+            or layout not in (None, torch.strided) or pin_memory
+            or memory_format not in (None, torch.preserve_format) or not _dense(x)):
+        return NotImplemented
+    return torch.ops.prims.convert_element_type.default(x, dtype)
 
 
 def _embedding_backward_where_ordered(decomposition):

@@ -117,6 +117,13 @@ def broadcast_shapes(*shapes):
     return result
 
 
+def _expanded_stride(old_size, new_size, stride):
+    """expand only broadcasts dims of size 1 (a symbolic size is never 1: Dynamo specializes
+    it). Comparing the sizes instead gave a stride of 0 to a dim whose symbolic size is spelled
+    differently on the two sides (s0*(s1 - 1) against s0*s1 - s0): every row read row 0."""
+    return sympy.Integer(0) if old_size == 1 and new_size != 1 else stride
+
+
 def expand(x: TensorBox, size) -> TensorBox:
     size = [sym.sint(s) for s in size]
     old = list(x.get_size())
@@ -126,9 +133,8 @@ def expand(x: TensorBox, size) -> TensorBox:
     layout = strided_layout_of(x)
     if layout is not None:
         from ..ir import Layout, buffer_of
-        stride = [sympy.Integer(0)] * lead + [
-            st if os == ns else sympy.Integer(0) for os, ns, st in zip(old, size[lead:], layout.stride)
-        ]
+        stride = [sympy.Integer(0)] * lead + [_expanded_stride(os, ns, st)
+                                             for os, ns, st in zip(old, size[lead:], layout.stride)]
         return TensorBox(ReinterpretView(buffer_of(x), Layout(layout.device, layout.dtype, size, stride, layout.offset)))
 
     def reindex(index):
@@ -137,7 +143,7 @@ def expand(x: TensorBox, size) -> TensorBox:
 
     def restride(base):
         from ..ir import Layout
-        stride = [sympy.Integer(0)] * lead + [st if os == ns else sympy.Integer(0)
+        stride = [sympy.Integer(0)] * lead + [_expanded_stride(os, ns, st)
                                              for os, ns, st in zip(old, size[lead:], base.stride)]
         return Layout(base.device, base.dtype, size, stride, base.offset)
     return TensorBox(GenericView(x.data, size, reindex, restride))
