@@ -64,6 +64,7 @@ CPP_OPS.update({name: f"tf::{name}({{0}})" for name in (
 CPP_OPS.update({name: f"tf::{name}({{0}}, {{1}})" for name in ("atan2", "hypot", "copysign", "nextafter")})
 # the polynomial recurrences (include/tf_special_loops.h)
 CPP_OPS.update({name: f"tf::{name}({{0}}, {{1}}, {{2}})" for name in SPECIAL_LOOPS})
+CPP_OPS["zeta"] = "tf::zeta({0}, {1})"
 # ---- end of the math block
 
 

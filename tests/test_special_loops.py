@@ -1,6 +1,6 @@
-"""torch.special's orthogonal polynomials: special cases around a recurrence loop whose
-trip count is a value of the tensor (tritonfuse/special_polynomials.py; the loop primitive
-in cpu_backend/include/tf_special_loops.h and tritonfuse/runtime/triton_special.py).
+"""torch.special's orthogonal polynomials and Hurwitz zeta: loops whose trip count is a value
+of the tensor (special cases in tritonfuse/special_polynomials.py; the loop primitives in
+cpu_backend/include/tf_special_loops.h and tritonfuse/runtime/triton_special.py).
 Compared with eager on every column, over the special cases of ATen's Math.h (n < 0,
 n NaN or infinite, |x| == 1, x == 0, the closed forms for larger n, Hermite's NaN above
 its limit) and lanes of one block with very different trip counts; no aten call left."""
@@ -55,4 +55,19 @@ def test_polynomial_scalar_and_integer_operands(device, name):
         # Triton code, which the interpreter cannot combine with blocks (`bool & tensor`,
         # `float.to`): that column falls back to eager; the C++ backend takes them
         check(lambda a, b: (fn(a, 5), fn(0.3, b)), x, n, rtol=1e-4)
+    _kernels_only()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_zeta_matches_eager(device, dtype):
+    """Hurwitz zeta: poles and domain errors (x <= 1, q a non-positive integer, q < 0 with a
+    fractional x), negative q (a direct sum of ~|q| terms in that lane), large q and x."""
+    x = torch.tensor([1.0, 0.5, 2.0, 3.0, 2.5, 1.5, 4.0, 10.0, 2.0, 2.0, 3.0, 2.0, 1.0001, 30.0, 2.0, 5.0],
+                     dtype=dtype)
+    q = torch.tensor([1.0, 1.0, 1.0, 0.5, 2.0, 0.1, -2.5, 3.0, 0.0, -3.0, -2.5, 100.0, 1.0, 0.7, -300.5, 1e-3],
+                     dtype=dtype)
+    torch.manual_seed(0)
+    x = torch.cat([x, torch.rand(20, dtype=dtype) * 5 + 1]).to(device)
+    q = torch.cat([q, torch.rand(20, dtype=dtype) * 10 - 2]).to(device)
+    check(lambda a, b: torch.special.zeta(a * 1.0, b), x, q, rtol=1e-5 if dtype == torch.float32 else 1e-9)
     _kernels_only()

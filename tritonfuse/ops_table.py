@@ -48,6 +48,7 @@ PRIMITIVES = {
     # the degree-1 value): the recurrences of torch.special's orthogonal polynomials, each as
     # ATen's Math.h runs it; special cases around them are composites (special_polynomials.py)
     **_specs(SAME, 3, " ".join(SPECIAL_LOOPS)),
+    "zeta": OpSpec("zeta", 2, SAME),   # Hurwitz zeta(x, q): a series run until it converges
     # special forms, handled by every backend explicitly
     "constant": OpSpec("constant", 2, ARG),     # (value, dtype)
     "index_expr": OpSpec("index_expr", 2, ARG),  # (sympy expr, dtype)

@@ -1,5 +1,6 @@
-// tf_special_loops.h: the recurrence loops of torch.special's orthogonal polynomials, whose
-// trip count is a value of the tensor (the degree n). Part of tritonfuse_vec.h.
+// tf_special_loops.h: loops whose trip count is a value of the tensor: the recurrences of
+// torch.special's orthogonal polynomials (the degree n) and the Hurwitz zeta series (run
+// until it converges). Part of tritonfuse_vec.h.
 //
 // Each function runs the three-term recurrence of one polynomial family from p = 1 and the
 // given q (the degree-1 value), step for step as ATen's Math.h writes it (the same
@@ -17,8 +18,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 #include "tf_vec_core.h"
+#include "tf_vec_math.h"
 
 namespace tf {
 namespace detail {
@@ -112,5 +116,59 @@ TF_LOOP_LANES(hermite_he_loop)
 TF_LOOP_LANES(laguerre_loop)
 TF_LOOP_LANES(legendre_loop)
 #undef TF_LOOP_LANES
+
+}  // namespace tf
+
+// ---- Hurwitz zeta(x, q): ATen's Cephes-derived series, in double (the CPU accumulate type
+// of float too): terms of the direct sum until they vanish against it (at least 9, and
+// until a > 9: a trip count that follows q), then up to 12 Euler-Maclaurin corrections.
+namespace tf {
+
+template <typename T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
+TF_INLINE T zeta(T x_in, T q_in) {
+    const double x = x_in, q = q_in;
+    const double MACHEP = 1.11022302462515654042E-16;
+    static const double A[] = {12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9,
+                               7.47242496e10, -2.950130727918164224e12, 1.1646782814350067249e14,
+                               -4.5979787224074726105e15, 1.8152105401943546773e17, -7.1661652561756670113e18};
+    if (x == 1.0) return std::numeric_limits<T>::infinity();
+    if (x < 1.0) return std::numeric_limits<T>::quiet_NaN();
+    if (q <= 0.0) {
+        if (q == std::floor(q)) return std::numeric_limits<T>::infinity();
+        if (x != std::floor(x)) return std::numeric_limits<T>::quiet_NaN();
+    }
+    double s = std::pow(q, -x), a = q, b = 0.0;
+    int i = 0;
+    while ((i < 9) || (a <= 9.0)) {
+        i += 1;
+        a += 1.0;
+        b = std::pow(a, -x);
+        s += b;
+        if ((-MACHEP * s < b) && (b < MACHEP * s)) return static_cast<T>(s);
+    }
+    const double w = a;
+    s += b * w / (x - 1.0);
+    s -= 0.5 * b;
+    a = 1.0;
+    double k = 0.0;
+    for (int j = 0; j < 12; j++) {
+        a *= x + k;
+        b /= w;
+        double t = a * b / A[j];
+        s = s + t;
+        t = std::fabs(t / s);
+        if (t < MACHEP) return static_cast<T>(s);
+        k += 1.0;
+        a *= x + k;
+        b /= w;
+        k += 1.0;
+    }
+    return static_cast<T>(s);
+}
+
+template <typename T>
+TF_INLINE Vec<T> zeta(const Vec<T>& x, const detail::id_t<Vec<T>>& q) {
+    return detail::map_lanes(x, q, [](T a, T b) { return zeta(a, b); });
+}
 
 }  // namespace tf

@@ -67,6 +67,7 @@ for _name in ("chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_pol
               "shifted_chebyshev_polynomial_v", "shifted_chebyshev_polynomial_w", "hermite_polynomial_h",
               "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p"):
     register_pointwise(getattr(aten, f"special_{_name}"), getattr(special_polynomials, _name), INT_TO_FLOAT)
+register_pointwise(aten.special_zeta, lambda x, q, dtype: ops.zeta(x, q), INT_TO_FLOAT)   # a loop primitive
 
 
 def _signbit(x, dtype):

@@ -1,6 +1,7 @@
-"""The recurrence loops of torch.special's orthogonal polynomials for Triton kernels
-(``tf_helpers.chebyshev_loop`` ...; the C++ backend's twins are in
-cpu_backend/include/tf_special_loops.h, the op table declares them).
+"""Loops whose trip count is a value of the tensor, for Triton kernels: the recurrences of
+torch.special's orthogonal polynomials (``tf_helpers.chebyshev_loop`` ...) and the Hurwitz
+zeta series (``tf_helpers.zeta``). The C++ backend's twins are in
+cpu_backend/include/tf_special_loops.h; the op table declares them.
 
 Each lane has its own trip count (the degree n, a value of the tensor): the block loops
 while any lane is still running, and a lane that is done keeps its value. The steps are
@@ -98,3 +99,79 @@ def legendre_loop(x, n, q):
         k += 1
         active = active & (k < n) & (q == q)
     return q
+
+
+# ---- Hurwitz zeta(x, q) ------------------------------------------------------------------
+
+ZETA_MACHEP = 1.11022302462515654042E-16
+
+
+@triton.jit
+def _pow_f64(a, b):
+    """a ** b for float64 a (negative a with an integer b keeps the sign of its odd powers)."""
+    magnitude = tl.exp2(b * tl.log2(tl.abs(a)))
+    odd = (b - 2.0 * tl.floor(b * 0.5)) != 0.0
+    return tl.where((a < 0) & odd, -magnitude, magnitude)
+
+
+@triton.jit
+def _zeta_correction(s, a, b, k, x, w, done, coefficient):
+    """One Euler-Maclaurin term of ATen's zeta; a lane whose term vanished is done."""
+    a = a * (x + k)
+    b = b / w
+    t = a * b / coefficient
+    s = tl.where(done, s, s + t)
+    done = done | (tl.abs(t / s) < ZETA_MACHEP)
+    k = k + 1.0
+    a = a * (x + k)
+    b = b / w
+    k = k + 1.0
+    return s, a, b, k, done
+
+
+@triton.jit
+def zeta(x, q):
+    """ATen's Cephes-derived Hurwitz zeta, in float64 (the CPU accumulate type of float):
+    the direct sum until its terms vanish (at least 9, and until a > 9: a trip count that
+    follows q, run while any lane needs it), then up to 12 Euler-Maclaurin corrections."""
+    x = tl.where(q != q, x, x)          # both blocks, even where one is a literal
+    q = tl.where(x != x, q, q)
+    out_dtype = (x + q).dtype
+    x = x.to(tl.float64)
+    q = q.to(tl.float64)
+    special = tl.where(x == 1.0, float("inf"), float("nan"))
+    at_pole = (q <= 0.0) & (q == tl.floor(q))
+    special = tl.where((x != 1.0) & (x >= 1.0) & at_pole, float("inf"), special)
+    done = (x <= 1.0) | (x != x) | ((q <= 0.0) & (at_pole | (x != tl.floor(x))))
+    s = _pow_f64(q, -x)
+    a = q
+    b = tl.zeros_like(q)
+    i = 0
+    running = (~done) & ((a <= 9.0) | (i < 9))
+    while tl.max(running.to(tl.int32)) > 0:
+        a = tl.where(running, a + 1.0, a)
+        b = tl.where(running, _pow_f64(a, -x), b)
+        s = tl.where(running, s + b, s)
+        converged = running & (-ZETA_MACHEP * s < b) & (b < ZETA_MACHEP * s)
+        done = done | converged
+        i += 1
+        running = (~done) & ((a <= 9.0) | (i < 9))
+    summed = done
+    w = a
+    s = tl.where(summed, s, s + b * w / (x - 1.0) - 0.5 * b)
+    a = tl.full(q.shape, 1.0, tl.float64)
+    k = tl.zeros_like(q)
+    s, a, b, k, done = _zeta_correction(s, a, b, k, x, w, done, 12.0)
+    s, a, b, k, done = _zeta_correction(s, a, b, k, x, w, done, -720.0)
+    s, a, b, k, done = _zeta_correction(s, a, b, k, x, w, done, 30240.0)
+    s, a, b, k, done = _zeta_correction(s, a, b, k, x, w, done, -1209600.0)
+    s, a, b, k, done = _zeta_correction(s, a, b, k, x, w, done, 47900160.0)
+    s, a, b, k, done = _zeta_correction(s, a, b, k, x, w, done, -1.8924375803183791606e9)
+    s, a, b, k, done = _zeta_correction(s, a, b, k, x, w, done, 7.47242496e10)
+    s, a, b, k, done = _zeta_correction(s, a, b, k, x, w, done, -2.950130727918164224e12)
+    s, a, b, k, done = _zeta_correction(s, a, b, k, x, w, done, 1.1646782814350067249e14)
+    s, a, b, k, done = _zeta_correction(s, a, b, k, x, w, done, -4.5979787224074726105e15)
+    s, a, b, k, done = _zeta_correction(s, a, b, k, x, w, done, 1.8152105401943546773e17)
+    s, a, b, k, done = _zeta_correction(s, a, b, k, x, w, done, -7.1661652561756670113e18)
+    is_special = (x <= 1.0) | (x != x) | ((q <= 0.0) & (at_pole | (x != tl.floor(x))))
+    return tl.where(is_special, special, s).to(out_dtype)
