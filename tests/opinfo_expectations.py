@@ -81,12 +81,9 @@ ALLOWED_FALLBACKS = {
 
 # ---- pending lowerings: ops Inductor makes kernels for that still run as aten here ------------
 
-_LOOP = ("Airy's power series, run until it converges: needs a loop primitive as zeta and the orthogonal "
-         "polynomials have (ops_table.SPECIAL_LOOPS, zeta)")
 _GPU_ORDER = ("on a GPU tritonfuse keeps eager's deterministic kernel for accumulating index_put (colliding "
               "float sums in eager's order; README, indirect writes); on the CPU it generates a kernel")
 PENDING_LOWERINGS = {
-    "special.airy_ai": _LOOP,
     "_unsafe_masked_index_put_accumulate": _GPU_ORDER,
 }
 

@@ -1,6 +1,7 @@
-"""torch.special's orthogonal polynomials and Hurwitz zeta: loops whose trip count is a value
-of the tensor (special cases in tritonfuse/special_polynomials.py; the loop primitives in
-cpu_backend/include/tf_special_loops.h and tritonfuse/runtime/triton_special.py).
+"""torch.special's orthogonal polynomials, Hurwitz zeta and Airy Ai: loops whose trip count is
+a value of the tensor (special cases in tritonfuse/special_polynomials.py and special_airy.py;
+the loop primitives in cpu_backend/include/tf_special_loops.h and
+tritonfuse/runtime/triton_special.py).
 Compared with eager on every column, over the special cases of ATen's Math.h (n < 0,
 n NaN or infinite, |x| == 1, x == 0, the closed forms for larger n, Hermite's NaN above
 its limit) and lanes of one block with very different trip counts; no aten call left."""
@@ -70,4 +71,17 @@ def test_zeta_matches_eager(device, dtype):
     x = torch.cat([x, torch.rand(20, dtype=dtype) * 5 + 1]).to(device)
     q = torch.cat([q, torch.rand(20, dtype=dtype) * 10 - 2]).to(device)
     check(lambda a, b: torch.special.zeta(a * 1.0, b), x, q, rtol=1e-5 if dtype == torch.float32 else 1e-9)
+    _kernels_only()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_airy_ai_matches_eager(device, dtype):
+    """Airy Ai: each of ATen's branches and their edges (+-2.09, 8.32, 103.892, +-inf, NaN),
+    the power series in between (a trip count that follows x), and x << 0, where sin(t)
+    takes t ~ 2e4 and one ulp of t shows."""
+    x = torch.cat([torch.tensor([0.0, -0.0, 1.0, -1.0, 2.08, 2.09, -2.09, -2.1, 5.0, 8.3, 8.33, 20.0, 103.0, 104.0,
+                                 -50.0, -1e3, float("inf"), float("-inf"), float("nan")]),
+                   torch.linspace(-12, 12, 49)]).to(dtype).to(device)
+    check(lambda a: torch.special.airy_ai(a * 1.0), x, atol=1e-6 if dtype == torch.float32 else 1e-12,
+          rtol=1e-5 if dtype == torch.float32 else 1e-10)
     _kernels_only()

@@ -49,6 +49,7 @@ PRIMITIVES = {
     # ATen's Math.h runs it; special cases around them are composites (special_polynomials.py)
     **_specs(SAME, 3, " ".join(SPECIAL_LOOPS)),
     "zeta": OpSpec("zeta", 2, SAME),   # Hurwitz zeta(x, q): a series run until it converges
+    "airy_ai_series": OpSpec("airy_ai_series", 1, SAME),   # Airy Ai's power series, likewise
     # special forms, handled by every backend explicitly
     "constant": OpSpec("constant", 2, ARG),     # (value, dtype)
     "index_expr": OpSpec("index_expr", 2, ARG),  # (sympy expr, dtype)

@@ -172,3 +172,36 @@ TF_INLINE Vec<T> zeta(const Vec<T>& x, const detail::id_t<Vec<T>>& q) {
 }
 
 }  // namespace tf
+
+// ---- Airy Ai's power series (ATen's airy_ai_forward for -2.09 <= x < 2.09): the terms of
+// f and g until the last one of f vanishes against f (T's epsilon); returns
+// c1 f - c2 g. The asymptotic forms outside are composites (tritonfuse/special_airy.py).
+namespace tf {
+
+template <typename T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
+TF_INLINE T airy_ai_series(T x) {
+    T f = 1.0, g = x, k = 1.0, m = 1.0, n = x, t = 1.0;
+    const T z = x * x * x;
+    while (t > std::numeric_limits<T>::epsilon()) {
+        m *= z;
+        k += T(1.0);
+        m /= k;
+        n *= z;
+        k += T(1.0);
+        n /= k;
+        m /= k;
+        f += m;
+        k += T(1.0);
+        n /= k;
+        g += n;
+        t = std::abs(m / f);
+    }
+    return T(0.355028053887817239260) * f - T(0.258819403792806798405) * g;
+}
+
+template <typename T>
+TF_INLINE Vec<T> airy_ai_series(const Vec<T>& x) {
+    return detail::map_lanes(x, [](T a) { return airy_ai_series(a); });
+}
+
+}  // namespace tf

@@ -12,6 +12,7 @@ import torch
 
 from .. import math_composites as composite
 from .. import ops_table
+from .. import special_airy
 from .. import special_bessel as bessel
 from .. import special_polynomials
 from ..virtualized import ops
@@ -68,6 +69,7 @@ for _name in ("chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_pol
               "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p"):
     register_pointwise(getattr(aten, f"special_{_name}"), getattr(special_polynomials, _name), INT_TO_FLOAT)
 register_pointwise(aten.special_zeta, lambda x, q, dtype: ops.zeta(x, q), INT_TO_FLOAT)   # a loop primitive
+register_pointwise(aten.special_airy_ai, special_airy.airy_ai, INT_TO_FLOAT)
 
 
 def _signbit(x, dtype):

@@ -15,7 +15,7 @@ from .triton_math import (  # noqa: F401
 )
 # loops with a per-lane trip count: the orthogonal polynomials' recurrences, Hurwitz zeta
 from .triton_special import (  # noqa: F401
-    chebyshev_loop, hermite_h_loop, hermite_he_loop, laguerre_loop, legendre_loop, zeta,
+    airy_ai_series, chebyshev_loop, hermite_h_loop, hermite_he_loop, laguerre_loop, legendre_loop, zeta,
 )
 
 

@@ -175,3 +175,41 @@ def zeta(x, q):
     s, a, b, k, done = _zeta_correction(s, a, b, k, x, w, done, -7.1661652561756670113e18)
     is_special = (x <= 1.0) | (x != x) | ((q <= 0.0) & (at_pole | (x != tl.floor(x))))
     return tl.where(is_special, special, s).to(out_dtype)
+
+
+# ---- Airy Ai's power series ------------------------------------------------------------------
+
+@triton.jit
+def airy_ai_series(x):
+    """ATen's power series of Ai for -2.09 <= x < 2.09: terms of f and g until the last one
+    of f vanishes against f (the dtype's epsilon), lane by lane; c1 f - c2 g."""
+    if x.dtype == tl.float64:
+        eps = 2.220446049250313e-16
+    else:
+        eps = 1.1920928955078125e-07
+    f = tl.full(x.shape, 1.0, x.dtype)
+    g = x
+    k = tl.full(x.shape, 1.0, x.dtype)
+    m = tl.full(x.shape, 1.0, x.dtype)
+    n = x
+    z = x * x * x
+    active = f == f
+    while tl.max(active.to(tl.int32)) > 0:
+        m_next = m * z
+        k_next = k + 1.0
+        m_next = m_next / k_next
+        n_next = n * z
+        k_next = k_next + 1.0
+        n_next = n_next / k_next
+        m_next = m_next / k_next
+        f_next = f + m_next
+        k_next = k_next + 1.0
+        n_next = n_next / k_next
+        g_next = g + n_next
+        m = tl.where(active, m_next, m)
+        n = tl.where(active, n_next, n)
+        k = tl.where(active, k_next, k)
+        f = tl.where(active, f_next, f)
+        g = tl.where(active, g_next, g)
+        active = active & (tl.abs(m / f) > eps)
+    return 0.355028053887817239260 * f - 0.258819403792806798405 * g

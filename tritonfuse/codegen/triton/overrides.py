@@ -85,6 +85,7 @@ TRITON_OPS.update({
 # the polynomial recurrences: loops with a per-lane trip count (runtime/triton_special.py)
 TRITON_OPS.update({name: f"tf_helpers.{name}({{0}}, {{1}}, {{2}})" for name in SPECIAL_LOOPS})
 TRITON_OPS["zeta"] = "tf_helpers.zeta({0}, {1})"
+TRITON_OPS["airy_ai_series"] = "tf_helpers.airy_ai_series({0})"
 # ---- end of the math block
 
 # Triton's interpreter has no libdevice: these ops use the pure-tl versions in tf_helpers.
