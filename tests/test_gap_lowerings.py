@@ -18,7 +18,7 @@ def _kernels_only():
     writes may collide stays with eager's ordered kernel (lowering/indexing.py)."""
     by_design = {op: why for op, why in tritonfuse.metrics.fallbacks.items() if "land in no fixed order" in why}
     assert tritonfuse.metrics.fallbacks == by_design, tritonfuse.metrics.fallbacks
-    assert kernel_count() > 0
+    assert by_design or kernel_count() > 0
 
 
 # ---- isin ---------------------------------------------------------------------------------
