@@ -15,8 +15,17 @@ import torch
 aten = torch.ops.aten
 
 
+# isin compares every pair: above this many pairs (or with sizes known only at run time)
+# eager's sort-based kernel does less work, and the op stays aten
+ISIN_MAX_PAIRS = 1 << 24
+
+
 def isin(elements, test_elements, *, assume_unique=False, invert=False):
     """Each element compared with every test element: one reduction (any) per element."""
+    if isinstance(elements, torch.Tensor) and isinstance(test_elements, torch.Tensor):
+        pairs = elements.numel() * test_elements.numel()
+        if not isinstance(pairs, int) or pairs > ISIN_MAX_PAIRS:
+            return NotImplemented
     if not isinstance(test_elements, torch.Tensor):        # Tensor_Scalar
         found = elements == test_elements
     elif not isinstance(elements, torch.Tensor):           # Scalar_Tensor
