@@ -3,7 +3,7 @@ overloaded for scalars and tf::Vec, so one spelling serves both the vectorized l
 and the scalar row-wise code. float16/bfloat16 values are computed as float."""
 import torch
 
-from tritonfuse.ops_table import BOOL, PRIMITIVES
+from tritonfuse.ops_table import BOOL, PRIMITIVES, SPECIAL_LOOPS
 
 from .common import STORAGE_TYPES
 
@@ -62,6 +62,10 @@ CPP_OPS.update({name: f"tf::{name}({{0}})" for name in (
     "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log10", "erfc", "erfcx", "lgamma",
     "signbit")})
 CPP_OPS.update({name: f"tf::{name}({{0}}, {{1}})" for name in ("atan2", "hypot", "copysign", "nextafter")})
+# the polynomial recurrences (include/tf_special_loops.h)
+CPP_OPS.update({name: f"tf::{name}({{0}}, {{1}}, {{2}})" for name in SPECIAL_LOOPS})
+CPP_OPS["zeta"] = "tf::zeta({0}, {1})"
+CPP_OPS["airy_ai_series"] = "tf::airy_ai_series({0})"
 # ---- end of the math block
 
 

@@ -81,18 +81,9 @@ ALLOWED_FALLBACKS = {
 
 # ---- pending lowerings: ops Inductor makes kernels for that still run as aten here ------------
 
-_LOOP = ("a loop whose trip count is a value of the tensor (the polynomial's degree n, or the zeta / Airy "
-         "series run to convergence): needs a loop primitive in the op table that both backends spell")
 _GPU_ORDER = ("on a GPU tritonfuse keeps eager's deterministic kernel for accumulating index_put (colliding "
               "float sums in eager's order; README, indirect writes); on the CPU it generates a kernel")
 PENDING_LOWERINGS = {
-    **dict.fromkeys([
-        "special.zeta", "special.airy_ai", "special.chebyshev_polynomial_t", "special.chebyshev_polynomial_u",
-        "special.chebyshev_polynomial_v", "special.chebyshev_polynomial_w", "special.hermite_polynomial_h",
-        "special.hermite_polynomial_he", "special.laguerre_polynomial_l", "special.legendre_polynomial_p",
-        "special.shifted_chebyshev_polynomial_t", "special.shifted_chebyshev_polynomial_u",
-        "special.shifted_chebyshev_polynomial_v", "special.shifted_chebyshev_polynomial_w",
-    ], _LOOP),
     "_unsafe_masked_index_put_accumulate": _GPU_ORDER,
 }
 

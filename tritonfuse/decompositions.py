@@ -5,6 +5,8 @@ either have a lowering of their own or run as aten fallbacks (mm, convolution, s
 import torch
 from torch._decomp import get_decompositions
 
+from . import extra_decompositions
+
 aten = torch.ops.aten
 
 DECOMPOSED_OPS = [
@@ -41,12 +43,14 @@ DECOMPOSED_OPS = [
     "block_diag", "linspace", "logspace", "renorm", "linalg_cross", "ldexp", "dist",
     "im2col", "unfold_copy", "_chunk_cat", "max_unpool2d", "max_unpool3d", "grid_sampler_2d",
     "adaptive_max_pool2d", "adaptive_max_pool3d",
+    "as_strided_copy",
 ]
 
 
 def decomposition_table():
     ops = [getattr(aten, name) for name in DECOMPOSED_OPS if hasattr(aten, name)]
     table = get_decompositions(ops)
+    table.update(extra_decompositions.table())
     table[aten.embedding_dense_backward.default] = _embedding_backward_where_ordered(
         table[aten.embedding_dense_backward.default])
     table[aten._to_copy.default] = _dtype_cast_as_convert_element_type

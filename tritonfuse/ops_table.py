@@ -30,6 +30,8 @@ def _specs(result, arity, names):
     return {name: OpSpec(name, arity, result) for name in names.split()}
 
 
+SPECIAL_LOOPS = ("chebyshev_loop", "hermite_h_loop", "hermite_he_loop", "laguerre_loop", "legendre_loop")
+
 PRIMITIVES = {
     **_specs(SAME, 1, "neg abs exp exp2 expm1 log log2 log1p sqrt rsqrt sin cos tan tanh "
                       "sigmoid erf floor ceil trunc round reciprocal bitwise_not"),
@@ -42,6 +44,12 @@ PRIMITIVES = {
     **_specs(SAME, 1, "asin acos atan sinh cosh asinh acosh atanh log10 erfc erfcx lgamma"),
     **_specs(SAME, 2, "atan2 hypot copysign nextafter"),
     **_specs(BOOL, 1, "signbit"),
+    # loops whose trip count is a value (x or the recurrence's factor, the degree n as a float,
+    # the degree-1 value): the recurrences of torch.special's orthogonal polynomials, each as
+    # ATen's Math.h runs it; special cases around them are composites (special_polynomials.py)
+    **_specs(SAME, 3, " ".join(SPECIAL_LOOPS)),
+    "zeta": OpSpec("zeta", 2, SAME),   # Hurwitz zeta(x, q): a series run until it converges
+    "airy_ai_series": OpSpec("airy_ai_series", 1, SAME),   # Airy Ai's power series, likewise
     # special forms, handled by every backend explicitly
     "constant": OpSpec("constant", 2, ARG),     # (value, dtype)
     "index_expr": OpSpec("index_expr", 2, ARG),  # (sympy expr, dtype)

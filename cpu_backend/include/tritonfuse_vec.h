@@ -16,6 +16,7 @@
 //                    isnan isinf isfinite copysign (+ per-lane libm fallbacks: tan lgamma cbrt)
 //   tf_vec_special.h asin acos atan atan2 sinh cosh asinh acosh atanh erfc hypot (vectorized),
 //                    erfcx nextafter signbit
+//   tf_special_loops.h  the recurrence loops of torch.special's orthogonal polynomials
 //   tf_vec_half.h    bf16 / fp16 <-> float, scalar and vector
 //   tf_vec_reduce.h  reduce_add/mul/max/min/any/all, Welford, ArgAcc (argmax/argmin)
 //   tf_int.h         integer ops with eager's semantics: wrap, shifts, checked division
@@ -26,6 +27,7 @@
 #include "tf_vec_core.h"
 #include "tf_vec_math.h"
 #include "tf_vec_special.h"
+#include "tf_special_loops.h"
 #include "tf_vec_half.h"
 #include "tf_vec_reduce.h"
 #include "tf_int.h"

@@ -1,6 +1,7 @@
 """aten -> IR lowerings. Importing this package registers every lowering."""
 from . import (  # noqa: F401  (registration side effects)
-    indexing, layout, matmul, pointwise, pointwise_math, pooling, reductions, scan, tensor_ops, views,
+    indexing, layout, matmul, pointwise, pointwise_math, pooling, reductions, scan, scatter_views, tensor_ops,
+    views,
 )
 from .registry import Unsupported, lowerings
 

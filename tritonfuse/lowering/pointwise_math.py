@@ -2,7 +2,8 @@
 functions, erfc/erfinv/lgamma/digamma/i0, the two-operand float ops (atan2, hypot,
 copysign, nextafter, fmax, fmin, logaddexp), signbit, heaviside, sinc and the
 ``torch.special`` functions Inductor lowers (the Bessel functions J, Y and K from
-special_bessel.py).
+special_bessel.py; the orthogonal polynomials, zeta and Airy Ai, whose loops run as long as a
+value asks: special_polynomials.py, special_airy.py, ops_table's loop primitives).
 
 Each is a primitive of the op table (spelled by every backend) or a composite of
 math_composites.py (written once). Type promotion is eager's, per op: integer inputs of
@@ -12,7 +13,9 @@ import torch
 
 from .. import math_composites as composite
 from .. import ops_table
+from .. import special_airy
 from .. import special_bessel as bessel
+from .. import special_polynomials
 from ..virtualized import ops
 from .pointwise import register_pointwise
 from .registry import (
@@ -59,6 +62,15 @@ register_pointwise(aten.logaddexp, composite.logaddexp, DEFAULT)
 register_pointwise(aten.logaddexp2, composite.logaddexp2, DEFAULT)
 register_pointwise(aten.heaviside, composite.heaviside, DEFAULT)
 register_pointwise(aten.special_xlog1py, composite.xlog1py, INT_TO_FLOAT)
+
+# loops whose trip count is a value: the orthogonal polynomials P_n(x), Hurwitz zeta, Airy Ai
+for _name in ("chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w",
+              "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u",
+              "shifted_chebyshev_polynomial_v", "shifted_chebyshev_polynomial_w", "hermite_polynomial_h",
+              "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p"):
+    register_pointwise(getattr(aten, f"special_{_name}"), getattr(special_polynomials, _name), INT_TO_FLOAT)
+register_pointwise(aten.special_zeta, lambda x, q, dtype: ops.zeta(x, q), INT_TO_FLOAT)   # a loop primitive
+register_pointwise(aten.special_airy_ai, special_airy.airy_ai, INT_TO_FLOAT)
 
 
 def _signbit(x, dtype):

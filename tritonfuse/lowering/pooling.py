@@ -7,8 +7,8 @@ cover it (a gather: no atomics, no scatter). Windows of more than MAX_WINDOW pos
 fall back to aten, as in Inductor; so do cases whose output positions need more reads.
 
     max_pool{2,3}d_with_indices (+ backward)     avg_pool{2,3}d (+ backward)
-    _adaptive_avg_pool{2,3}d (+ 2d backward)     (avg_pool1d, max_pool1d, adaptive_avg_pool1d
-                                                  arrive as their 2d forms)
+    _adaptive_avg_pool{2,3}d (+ 2d backward)     adaptive_max_pool{2,3}d
+    (avg_pool1d, max_pool1d, adaptive_avg_pool1d and adaptive_max_pool1d arrive as their 2d forms)
 
 Window geometry (eager's): output o covers input o * stride - padding + k * dilation,
 k in [0, kernel). Spatial dims are the trailing ones; any leading dims are batch dims.
@@ -177,6 +177,40 @@ def backward_window(grad, x, kernel_size, stride, padding, dilation, spatial):
 
 # ---- max pooling ------------------------------------------------------------------------
 
+def window_max(x, positions, acc):
+    """The max over window ``positions`` ((input index, in-bounds mask or None, flat position)
+    in eager's order; the first always exists): NaN wins, as in eager."""
+    best = None
+    for src, mask, _ in positions:
+        value = masked_read(x, src, mask, acc, float("-inf"))
+        best = value if best is None else ops.maximum(best, value)
+    return best
+
+
+def window_argmax(x, positions, acc):
+    """The flat position of the max over ``positions`` by eager's rule: the first in-bounds
+    position, then any greater value or any NaN."""
+    # ``found``: whether an in-bounds position was seen (None: certainly, so far)
+    best = position = found = None
+    for src, mask, flat in positions:
+        value = masked_read(x, src, mask, acc, float("-inf"))
+        here = ops.index_expr(flat, torch.int64)
+        if best is None:
+            best, position, found = value, here, mask
+            continue
+        take = ops.logical_or(ops.gt(value, best), ops.isnan(value))
+        if found is not None:
+            take = ops.logical_or(take, ops.logical_not(found))
+        if mask is not None:
+            take = ops.logical_and(mask, take)
+            found = None if found is None else ops.logical_or(found, mask)
+        else:
+            found = None
+        best = ops.where(take, value, best)
+        position = ops.where(take, here, position)
+    return position
+
+
 def _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, spatial):
     values_meta, _ = _meta()
     window = forward_window(x, values_meta.shape, kernel_size, stride, padding, dilation, spatial)
@@ -184,33 +218,10 @@ def _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, spatial):
     acc = accumulate_dtype(dtype)
 
     def values(index):
-        best = None
-        for src, mask, _ in window.positions(index):
-            value = masked_read(x, src, mask, acc, float("-inf"))
-            best = value if best is None else ops.maximum(best, value)   # NaN wins, as in eager
-        return ops.to_dtype(best, dtype)
+        return ops.to_dtype(window_max(x, window.positions(index), acc), dtype)
 
     def indices(index):
-        # eager's rule: the first in-bounds position, then any greater value or any NaN.
-        # ``found``: whether an in-bounds position was seen (None: certainly, so far)
-        best = position = found = None
-        for src, mask, flat in window.positions(index):
-            value = masked_read(x, src, mask, acc, float("-inf"))
-            here = ops.index_expr(flat, torch.int64)
-            if best is None:
-                best, position, found = value, here, mask
-                continue
-            take = ops.logical_or(ops.gt(value, best), ops.isnan(value))
-            if found is not None:
-                take = ops.logical_or(take, ops.logical_not(found))
-            if mask is not None:
-                take = ops.logical_and(mask, take)
-                found = None if found is None else ops.logical_or(found, mask)
-            else:
-                found = None
-            best = ops.where(take, value, best)
-            position = ops.where(take, here, position)
-        return position
+        return window_argmax(x, window.positions(index), acc)
 
     size = list(values_meta.shape)
     return (make_output(x, dtype, size, values, "max_pool"),
@@ -361,6 +372,34 @@ def _adaptive_cover(in_size, out_size):
     return max(counts)
 
 
+def _adaptive_widths(in_sp, out_sp):
+    widths = [_adaptive_window(i, o) for i, o in zip(in_sp, out_sp)]
+    if math.prod(widths) > MAX_WINDOW:
+        raise Unsupported(f"adaptive window of up to {math.prod(widths)} elements (more than {MAX_WINDOW})")
+    return widths
+
+
+def _adaptive_positions(index, in_sp, out_sp, widths):
+    """(input index, mask or None, flat position in the plane) of each position of output
+    ``index``'s adaptive window, in eager's order; a position past the window's end (the
+    window is shorter than ``widths``) is masked off. Also the window's element count."""
+    spatial = len(in_sp)
+    bounds = [_adaptive_bounds(o, i, n) for o, i, n in zip(index[-spatial:], in_sp, out_sp)]
+    strides = sym.contiguous_strides(in_sp)
+    positions = []
+    for offsets in itertools.product(*[range(w) for w in widths]):
+        src = [start + t for (start, _), t in zip(bounds, offsets)]
+        mask = all_of([in_range(s - end, None, 0) if t > 0 else None
+                       for s, (_, end), t in zip(src, bounds, offsets)])
+        flat = sum((s * st for s, st in zip(src, strides)), sympy.Integer(0))
+        positions.append((list(index[:-spatial]) + src, mask, flat))
+    count = None
+    for start, end in bounds:
+        length = ops.index_expr(end - start, torch.int64)
+        count = length if count is None else ops.mul(count, length)
+    return positions, count
+
+
 def _adaptive_avg_pool(x, output_size, spatial):
     from .reductions import mean
     from .views import permute, view
@@ -378,28 +417,53 @@ def _adaptive_avg_pool(x, output_size, spatial):
         n = len(lead)
         order = list(range(n)) + [n + 2 * d for d in range(spatial)] + [n + 2 * d + 1 for d in range(spatial)]
         return mean(permute(split, order), list(range(n + spatial, n + 2 * spatial)))
-    widths = [_adaptive_window(i, o) for i, o in zip(in_sp, out_sp)]
-    if math.prod(widths) > MAX_WINDOW:
-        raise Unsupported(f"adaptive window of up to {math.prod(widths)} elements (more than {MAX_WINDOW})")
+    widths = _adaptive_widths(in_sp, out_sp)
     realize_if_costly(x)
     dtype = x.get_dtype()
     acc = accumulate_dtype(dtype)
 
     def inner_fn(index):
-        bounds = [_adaptive_bounds(o, i, n) for o, i, n in zip(index[-spatial:], in_sp, out_sp)]
+        positions, count = _adaptive_positions(index, in_sp, out_sp, widths)
         total = None
-        for offsets in itertools.product(*[range(w) for w in widths]):
-            src = [start + t for (start, _), t in zip(bounds, offsets)]
-            mask = all_of([in_range(s - end, None, 0) if t > 0 else None
-                           for s, (_, end), t in zip(src, bounds, offsets)])
-            value = masked_read(x, list(index[:-spatial]) + src, mask, acc)
+        for src, mask, _ in positions:
+            value = masked_read(x, src, mask, acc)
             total = value if total is None else ops.add(total, value)
-        count = None
-        for start, end in bounds:
-            length = ops.index_expr(end - start, torch.int64)
-            count = length if count is None else ops.mul(count, length)
         return ops.to_dtype(ops.truediv(total, ops.to_dtype(count, acc)), dtype)
     return make_output(x, dtype, lead + out_sp, inner_fn, "adaptive_avg_pool")
+
+
+def _adaptive_max_pool(x, output_size, spatial):
+    """Values and flat in-plane indices (eager's CPU rule: the window's first position, then
+    any greater value or NaN); the global and evenly divided cases arrive as amax/argmax and
+    max_pool through torch's decomposition, the rest come here."""
+    check_input(x, spatial)
+    out_sp = static_sizes(output_size, "adaptive pooling")
+    size = static_sizes(x.get_size(), "adaptive pooling")
+    in_sp, lead = size[-spatial:], size[:-spatial]
+    widths = _adaptive_widths(in_sp, out_sp)
+    realize_if_costly(x)
+    dtype = x.get_dtype()
+    acc = accumulate_dtype(dtype)
+
+    def values(index):
+        positions, _ = _adaptive_positions(index, in_sp, out_sp, widths)
+        return ops.to_dtype(window_max(x, positions, acc), dtype)
+
+    def indices(index):
+        positions, _ = _adaptive_positions(index, in_sp, out_sp, widths)
+        return window_argmax(x, positions, acc)
+    return (make_output(x, dtype, lead + out_sp, values, "adaptive_max_pool"),
+            make_output(x, torch.int64, lead + out_sp, indices, "adaptive_max_pool_indices"))
+
+
+@register_lowering(aten.adaptive_max_pool2d)
+def adaptive_max_pool2d(x, output_size):
+    return _adaptive_max_pool(x, output_size, 2)
+
+
+@register_lowering(aten.adaptive_max_pool3d)
+def adaptive_max_pool3d(x, output_size):
+    return _adaptive_max_pool(x, output_size, 3)
 
 
 @register_lowering(aten._adaptive_avg_pool2d)

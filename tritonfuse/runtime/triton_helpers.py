@@ -13,6 +13,10 @@ from .triton_math import (  # noqa: F401
     acos, acosh, asin, asinh, atan, atan2, atanh, copysign, cosh, erfc, erfcx, hypot, lgamma, log10, nextafter,
     signbit, sinh, sqrt,
 )
+# loops with a per-lane trip count: the orthogonal polynomials' recurrences, Hurwitz zeta
+from .triton_special import (  # noqa: F401
+    airy_ai_series, chebyshev_loop, hermite_h_loop, hermite_he_loop, laguerre_loop, legendre_loop, zeta,
+)
 
 
 @triton.jit

@@ -3,6 +3,8 @@ bfloat16 tensors are computed in float32 (loads upcast, stores round), so math h
 sees float32, float64, integers and bools only."""
 import torch
 
+from ...ops_table import SPECIAL_LOOPS
+
 TRITON_TYPES = {
     torch.float32: "tl.float32", torch.float64: "tl.float64", torch.float16: "tl.float16",
     torch.bfloat16: "tl.bfloat16", torch.int8: "tl.int8", torch.int16: "tl.int16", torch.int32: "tl.int32",
@@ -80,6 +82,10 @@ TRITON_OPS.update({
     "nextafter": "libdevice.nextafter({0}, {1})",
     "signbit": "(libdevice.signbit({0}) != 0)",
 })
+# the polynomial recurrences: loops with a per-lane trip count (runtime/triton_special.py)
+TRITON_OPS.update({name: f"tf_helpers.{name}({{0}}, {{1}}, {{2}})" for name in SPECIAL_LOOPS})
+TRITON_OPS["zeta"] = "tf_helpers.zeta({0}, {1})"
+TRITON_OPS["airy_ai_series"] = "tf_helpers.airy_ai_series({0})"
 # ---- end of the math block
 
 # Triton's interpreter has no libdevice: these ops use the pure-tl versions in tf_helpers.

@@ -1,0 +1,87 @@
+"""torch.special's orthogonal polynomials, Hurwitz zeta and Airy Ai: loops whose trip count is
+a value of the tensor (special cases in tritonfuse/special_polynomials.py and special_airy.py;
+the loop primitives in cpu_backend/include/tf_special_loops.h and
+tritonfuse/runtime/triton_special.py).
+Compared with eager on every column, over the special cases of ATen's Math.h (n < 0,
+n NaN or infinite, |x| == 1, x == 0, the closed forms for larger n, Hermite's NaN above
+its limit) and lanes of one block with very different trip counts; no aten call left."""
+import pytest
+import torch
+
+import tritonfuse
+from common import check, kernel_count
+
+POLYNOMIALS = [
+    "chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w",
+    "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v",
+    "shifted_chebyshev_polynomial_w", "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l",
+    "legendre_polynomial_p",
+]
+
+X = [1.0, -1.0, 0.0, 0.5, -0.5, 0.25, -0.75, 2.0, -1.5, 1.25, 0.9, float("inf")]
+N = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 9.0, 12.0, 2.7, -1.0, -3.5, float("nan"), float("inf"), 1e30, 140.0]
+
+
+def _kernels_only():
+    assert not tritonfuse.metrics.fallbacks, tritonfuse.metrics.fallbacks
+    assert kernel_count() > 0
+
+
+def _grid(dtype, device):
+    """Every x with every n: one block holds lanes with 0 to 140 steps."""
+    x = torch.tensor(X, dtype=dtype)
+    n = torch.tensor(N, dtype=dtype)
+    return (x[:, None].expand(-1, len(N)).contiguous().to(device),
+            n[None, :].expand(len(X), -1).contiguous().to(device))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", POLYNOMIALS)
+def test_polynomial_matches_eager(device, name, dtype):
+    fn = getattr(torch.special, name)
+    x, n = _grid(dtype, device)
+    # (big values of |x| > 1 overflow to inf or NaN at the same step as in eager)
+    check(lambda a, b: fn(a * 1.0, b), x, n, rtol=1e-4 if dtype == torch.float32 else 1e-10)
+    _kernels_only()
+
+
+@pytest.mark.parametrize("name", ["chebyshev_polynomial_t", "hermite_polynomial_h", "legendre_polynomial_p"])
+def test_polynomial_scalar_and_integer_operands(device, name):
+    fn = getattr(torch.special, name)
+    x = torch.linspace(-1.5, 1.5, 13, device=device)
+    n = torch.arange(0, 13, device=device)              # int64 degrees: computed in float32
+    check(lambda a, b: fn(a, b), x, n, rtol=1e-4)
+    if device == "cpu" and tritonfuse.config.cpu_backend != "triton":
+        # a Python-number operand: the special-case tests on it fold to Python values in
+        # Triton code, which the interpreter cannot combine with blocks (`bool & tensor`,
+        # `float.to`): that column falls back to eager; the C++ backend takes them
+        check(lambda a, b: (fn(a, 5), fn(0.3, b)), x, n, rtol=1e-4)
+    _kernels_only()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_zeta_matches_eager(device, dtype):
+    """Hurwitz zeta: poles and domain errors (x <= 1, q a non-positive integer, q < 0 with a
+    fractional x), negative q (a direct sum of ~|q| terms in that lane), large q and x."""
+    x = torch.tensor([1.0, 0.5, 2.0, 3.0, 2.5, 1.5, 4.0, 10.0, 2.0, 2.0, 3.0, 2.0, 1.0001, 30.0, 2.0, 5.0],
+                     dtype=dtype)
+    q = torch.tensor([1.0, 1.0, 1.0, 0.5, 2.0, 0.1, -2.5, 3.0, 0.0, -3.0, -2.5, 100.0, 1.0, 0.7, -300.5, 1e-3],
+                     dtype=dtype)
+    torch.manual_seed(0)
+    x = torch.cat([x, torch.rand(20, dtype=dtype) * 5 + 1]).to(device)
+    q = torch.cat([q, torch.rand(20, dtype=dtype) * 10 - 2]).to(device)
+    check(lambda a, b: torch.special.zeta(a * 1.0, b), x, q, rtol=1e-5 if dtype == torch.float32 else 1e-9)
+    _kernels_only()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_airy_ai_matches_eager(device, dtype):
+    """Airy Ai: each of ATen's branches and their edges (+-2.09, 8.32, 103.892, +-inf, NaN),
+    the power series in between (a trip count that follows x), and x << 0, where sin(t)
+    takes t ~ 2e4 and one ulp of t shows."""
+    x = torch.cat([torch.tensor([0.0, -0.0, 1.0, -1.0, 2.08, 2.09, -2.09, -2.1, 5.0, 8.3, 8.33, 20.0, 103.0, 104.0,
+                                 -50.0, -1e3, float("inf"), float("-inf"), float("nan")]),
+                   torch.linspace(-12, 12, 49)]).to(dtype).to(device)
+    check(lambda a: torch.special.airy_ai(a * 1.0), x, atol=1e-6 if dtype == torch.float32 else 1e-12,
+          rtol=1e-5 if dtype == torch.float32 else 1e-10)
+    _kernels_only()
