@@ -252,16 +252,22 @@ def _slice_scatter(base_loader, src, size, dim, start, step):
     end = start + src.get_size()[dim] * step   # src holds exactly the slice's elements
     src_loader = make_loader(src, dtype)
 
+    # bounds that every index meets need no test (the backward of a slice over a whole dim)
+    low = None if start == 0 else start
+    high = None if sym.same_size(end, length) else end
+
     def inner_fn(index):
         position = index[dim]
-        inside = in_range(position, start, end)
+        inside = in_range(position, low, high)
         if step != 1:
             # a negative (position - start) is outside already; its remainder only needs to be 0 on multiples
             on_step = ops.eq(ops.index_expr(sym.ModularIndexing(position - start + step * end, 1, step),
                                             torch.int64), ops.constant(0, torch.int64))
-            inside = ops.logical_and(inside, on_step)
+            inside = on_step if inside is None else ops.logical_and(inside, on_step)
         source = list(index)
         source[dim] = (position - start) if step == 1 else sym.FloorDiv(position - start, step)
+        if inside is None:   # the slice is the whole dim
+            return src_loader(source)
         value = ops.masked(inside, lambda: src_loader(source), 0)
         if base_loader is None:
             return value
