@@ -161,6 +161,15 @@ class _Simplifier:
         """Whether term / divisor is a polynomial with integer coefficients."""
         if term == 0:
             return True
+        if not divisor.is_Add:
+            # monomials: the quotient's factors are a number and powers (sympy combines them)
+            for factor in sympy.Mul.make_args(term / divisor):
+                if factor.is_number:
+                    if not factor.is_Integer:
+                        return False
+                elif factor.is_Pow and not (factor.exp.is_Integer and int(factor.exp) > 0):
+                    return False
+            return True
         numerator, denominator = sympy.fraction(sympy.cancel(term / divisor))
         if denominator != 1 and not (denominator.is_Integer and int(denominator) in (1, -1)):
             return False
