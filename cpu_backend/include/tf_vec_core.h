@@ -119,7 +119,7 @@ struct Vec<bool> {
     TF_INLINE uint32_t bits() const {
 #if TF_AVX512
         return _mm512_movepi32_mask((__m512i)v);
-#elif defined(__AVX__)
+#elif defined(__AVX__) && !defined(__AVX512F__)
         return uint32_t(_mm256_movemask_ps((__m256)v));   // kVecLanes == 8: one sign bit per lane
 #else
         uint32_t b = 0;
@@ -169,7 +169,7 @@ TF_INLINE Vec<bool> mask_from_regs(const typename Layout<E>::sreg* parts) {
     }
 }
 
-#if !TF_AVX512 && defined(__AVX2__)
+#if !defined(__AVX512F__) && defined(__AVX2__)
 #define TF_AVX2_MASKED_MOVES 1
 // The lanes of one 32-byte register whose bit is set in `bits`, as all-ones 4- or 8-byte
 // lanes: the mask operand of AVX's vmaskmov (which never touches memory of a lane off it).
