@@ -7,6 +7,7 @@ from typing import Optional
 import sympy
 import torch
 
+from tritonfuse import sym
 from tritonfuse.codegen.common import IndexPrinter
 
 
@@ -19,6 +20,19 @@ UNROLL = 2                   # vector chunks per step of an inner reduction loop
 TILE_ROWS, TILE_COLS = 16, 16
 # Where a kernel's signature takes its size symbols (filled in once its body is known).
 SIZE_PARAMS = "/*size params*/"
+
+
+def worth_threads(num_threads: int, work) -> bool:
+    """Whether a kernel with ``work`` elements should open a parallel region: static work
+    decides here; symbolic work always may, and ``parallel_condition`` decides at run time
+    (the example sizes of the first call say nothing about later ones)."""
+    return num_threads > 1 and (not sym.is_static(work) or sym.hint(work) >= PARALLEL_THRESHOLD)
+
+
+def parallel_condition(work) -> str:
+    """The ``if(...)`` clause of a parallel region: for symbolic work, threads start only
+    when the actual work is large enough; static work needs none."""
+    return "" if sym.is_static(work) else f" if({cexpr(work)} >= {PARALLEL_THRESHOLD})"
 
 
 STORAGE_TYPES = {

@@ -294,6 +294,10 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions, CppScans, CppSca
             offset = cexpr(index)
             loader = f"tf::vload_{half}<TAIL>" if half else "tf::vload<TAIL>"
             return self._emit(f"{loader}({pointer} + {offset}, count)", dtype, True)
+        if kind == "contiguous" and not half and dtype != torch.bool:
+            # masked lanes may point outside the buffer (a cat's other piece): never touched
+            return self._emit(f"tf::vload_masked<TAIL>({pointer} + {cexpr(index)}, {self._as_vec(mask)}, count)",
+                              dtype, True)
         idx = self._vector_index(index)
         mask_text = self._as_vec(mask) if mask is not None else "tf::Vec<bool>(true)"
         if half:

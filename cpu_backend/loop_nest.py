@@ -328,10 +328,11 @@ class CppLoopNest:
             else:
                 outer_count = outer_hint
             work = self.group.x_numel * self.group.r_numel
-            parallel = self.num_threads > 1 and outer_count > 1 and sym.hint(work) >= common.PARALLEL_THRESHOLD
-            # under symbolic sizes the threads start only when the actual work is enough
-            condition = "" if sym.is_static(work) else f" if({cexpr(work)} >= {common.PARALLEL_THRESHOLD})"
             loops = len(outer_names) + (2 if self.tiled else 1 if self.axis == "x" else 0)
+            # every x dim is a loop the threads share: one of symbolic size may be long at run time
+            many_rows = outer_count > 1 or any(not sym.is_static(s) for s in self.x_sizes)
+            parallel = loops > 0 and many_rows and common.worth_threads(self.num_threads, work)
+            condition = common.parallel_condition(work)
             if parallel:
                 code.writeline(f"#pragma omp parallel num_threads({self.num_threads}){condition}")
                 code.writeline("{")

@@ -25,7 +25,6 @@ C++ kernel has no way to raise, but it must never write outside the tensor.
 """
 import sympy
 
-from tritonfuse import sym
 from tritonfuse.codegen.common import CSE, IndentedBuffer
 from tritonfuse.dependencies import plan_and_deps
 
@@ -99,11 +98,10 @@ class CppScatter:
         outer_owned = [i for i in owned if not (vectorize and i == last)]
         serial = [i for i in range(len(sizes)) if i not in owned]
         work = self.group.x_numel
-        threads = self.num_threads if self.num_threads > 1 and sym.hint(work) >= common.PARALLEL_THRESHOLD else 1
+        threads = self.num_threads if common.worth_threads(self.num_threads, work) else 1
         parallel = threads > 1 and (outer_owned or vectorize)
         share = parallel and not outer_owned   # split the vector dim, one share per thread
-        # under symbolic sizes the threads start only when the actual work is enough
-        condition = "" if sym.is_static(work) else f" if({cexpr(work)} >= {common.PARALLEL_THRESHOLD})"
+        condition = common.parallel_condition(work)
         sizes = [cexpr(s) for s in sizes]
         code = IndentedBuffer()
         code.writeline(f'extern "C" void {self.name}({self._params()}) {{')

@@ -31,7 +31,7 @@ DECOMPOSED_OPS = [
     "rsub", "addcmul", "addcdiv", "lerp", "masked_fill", "frac", "deg2rad", "rad2deg", "square", "mvlgamma",
     # views, gathers and scatters expressible as views/where/cat
     "index_select", "split", "split_with_sizes", "unbind", "narrow", "stack", "hstack", "vstack", "repeat",
-    "expand_as", "slice_backward", "select_backward", "slice_scatter", "select_scatter",
+    "expand_as", "select_backward", "select_scatter",   # slice_backward, slice_scatter: lowering/tensor_ops.py
     "diagonal_backward",
     # small linear algebra into mul + sum (large matmuls stay aten fallbacks)
     "dot", "addmv", "baddbmm", "trace",

@@ -13,6 +13,7 @@ from typing import Dict, List, Tuple
 import sympy
 
 from . import sym
+from .range_simplify import simplify_with_ranges
 from .virtualized import set_ops_handler
 
 
@@ -30,15 +31,25 @@ class MemoryDep:
 @dataclass
 class LoopPlan:
     """The merged loop nest of one node. ``remap(expr)`` rewrites an index over the raw
-    variables into the canonical variables x0.. (over x_sizes) and r0.. (over r_sizes)."""
+    variables into the canonical variables x0.. (over x_sizes) and r0.. (over r_sizes),
+    folding the divisions and modulos that the loop ranges make redundant (symbolic
+    sizes leave them; see range_simplify.py)."""
     x_sizes: List[sympy.Expr]
     r_sizes: List[sympy.Expr]
     raw_x: List[sympy.Symbol]
     raw_r: List[sympy.Symbol]
     substitution: Dict[sympy.Symbol, sympy.Expr]
+    raw_ranges: Dict[sympy.Symbol, sympy.Expr]   # raw variable -> its loop size
 
     def remap(self, expr):
-        return sympy.expand(sympy.sympify(expr).xreplace(self.substitution))
+        expr = simplify_with_ranges(sympy.sympify(expr), self.raw_ranges)
+        expr = sympy.expand(expr.xreplace(self.substitution))
+        return simplify_with_ranges(expr, self.ranges()) if expr.has(sym.FloorDiv, sym.ModularIndexing) else expr
+
+    def ranges(self) -> Dict[sympy.Symbol, sympy.Expr]:
+        """Canonical variable -> its loop size."""
+        return {**dict(zip(sym.index_vars("x", len(self.x_sizes)), self.x_sizes)),
+                **dict(zip(sym.index_vars("r", len(self.r_sizes)), self.r_sizes))}
 
 
 class _Recorder:
@@ -160,9 +171,10 @@ def _analyze(buffer, x_sizes, r_sizes):
     recorder = _Recorder()
     with set_ops_handler(recorder):
         buffer.run_body(raw_x, raw_r)
-    exprs = [sympy.expand(index) for _, index in recorder.loads + recorder.stores]
+    raw_ranges = {**dict(zip(raw_x, map(sym.sint, x_sizes))), **dict(zip(raw_r, map(sym.sint, r_sizes)))}
+    exprs = [sympy.expand(simplify_with_ranges(index, raw_ranges)) for _, index in recorder.loads + recorder.stores]
     new_x, x_vars, x_subs = _merge_dims(exprs, raw_x, x_sizes)
-    store_index = recorder.stores[0][1]
+    store_index = exprs[len(recorder.loads)]
     if not _is_indirect(store_index):   # a scatter keeps its source's order
         new_x, x_vars, x_subs = _order_by_output(exprs, store_index, new_x, x_vars, x_subs)
     new_r, r_vars, r_subs = _merge_dims(exprs, raw_r, r_sizes)
@@ -172,7 +184,7 @@ def _analyze(buffer, x_sizes, r_sizes):
     rename = dict(zip(x_vars + r_vars, canonical_x + canonical_r))
     # compose: raw -> (0 | surviving raw) -> canonical
     full = {v: sympy.sympify(substitution.get(v, v)).xreplace(rename) for v in raw_x + raw_r}
-    plan = LoopPlan(new_x, new_r, raw_x, raw_r, full)
+    plan = LoopPlan(new_x, new_r, raw_x, raw_r, full, raw_ranges)
     xs, rs = tuple(new_x), tuple(new_r)
     reads = []
     for name, index in recorder.loads:
@@ -240,7 +252,7 @@ def refine_plan(plan: LoopPlan, fine_x_sizes) -> LoopPlan:
     mapping = _refining_substitution(plan.x_sizes, fine_x_sizes)
     substitution = {raw: sympy.expand(sympy.sympify(expr).xreplace(mapping))
                     for raw, expr in plan.substitution.items()}
-    return LoopPlan(list(fine_x_sizes), plan.r_sizes, plan.raw_x, plan.raw_r, substitution)
+    return LoopPlan(list(fine_x_sizes), plan.r_sizes, plan.raw_x, plan.raw_r, substitution, plan.raw_ranges)
 
 
 def refine_dep(dep: MemoryDep, fine_x_sizes) -> MemoryDep:

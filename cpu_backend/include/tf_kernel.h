@@ -26,6 +26,14 @@ TF_INLINE Vec<T> vload(const T* p, int count) {
     else return Vec<T>::load(p);
 }
 
+// A contiguous run read under a mask (a piece of a cat, a slice_scatter): lanes off the
+// mask, and past `count` in the tail, read 0 and are never touched in memory.
+template <bool TAIL, typename T>
+TF_INLINE Vec<T> vload_masked(const T* p, const Vec<bool>& mask, int count) {
+    if constexpr (TAIL) return Vec<T>::masked_load(p, mask & Vec<bool>::first_n(count));
+    else return Vec<T>::masked_load(p, mask);
+}
+
 template <bool TAIL>
 TF_INLINE Vec<bool> vload(const bool* p, int count) {
     if constexpr (TAIL) return Vec<bool>::load_partial(p, count);

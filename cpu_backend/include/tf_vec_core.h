@@ -119,6 +119,8 @@ struct Vec<bool> {
     TF_INLINE uint32_t bits() const {
 #if TF_AVX512
         return _mm512_movepi32_mask((__m512i)v);
+#elif defined(__AVX__) && !defined(__AVX512F__)
+        return uint32_t(_mm256_movemask_ps((__m256)v));   // kVecLanes == 8: one sign bit per lane
 #else
         uint32_t b = 0;
         for (int i = 0; i < kVecLanes; ++i) b |= uint32_t(v[i] != 0) << i;
@@ -167,8 +169,28 @@ TF_INLINE Vec<bool> mask_from_regs(const typename Layout<E>::sreg* parts) {
     }
 }
 
+#if !defined(__AVX512F__) && defined(__AVX2__)
+#define TF_AVX2_MASKED_MOVES 1
+// The lanes of one 32-byte register whose bit is set in `bits`, as all-ones 4- or 8-byte
+// lanes: the mask operand of AVX's vmaskmov (which never touches memory of a lane off it).
+template <int Bytes>
+TF_INLINE __m256i lane_mask_avx2(uint32_t bits) {
+    if constexpr (Bytes == 4) {
+        const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+        return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(int(bits)), bit), bit);
+    } else {
+        const __m256i bit = _mm256_setr_epi64x(1, 2, 4, 8);
+        return _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x(bits), bit), bit);
+    }
+}
+#else
+#define TF_AVX2_MASKED_MOVES 0
+#endif
+
 // Masked loads/stores of the lanes whose bit is set in `bits`; other lanes read as 0 and
 // are never touched in memory (so a tail load cannot fault past the end of a buffer).
+// AVX-512: mask registers; AVX2: vmaskmov for 4- and 8-byte lanes (a symbolic length's
+// tail stays one vector instruction); else lane by lane.
 template <typename E>
 TF_INLINE void masked_load_lanes(typename Layout<E>::reg* out, const E* p, uint32_t bits) {
 #if TF_AVX512
@@ -189,6 +211,20 @@ TF_INLINE void masked_load_lanes(typename Layout<E>::reg* out, const E* p, uint3
         }
     }
 #else
+#if TF_AVX2_MASKED_MOVES
+    using L = Layout<E>;
+    if constexpr ((sizeof(E) == 4 || sizeof(E) == 8) && L::reg_bytes == 32) {
+        for (int k = 0; k < L::regs; ++k) {
+            const __m256i m = lane_mask_avx2<sizeof(E)>(bits >> (k * L::lanes_per_reg));
+            const E* src = p + k * L::lanes_per_reg;
+            if constexpr (sizeof(E) == 4)
+                out[k] = (typename L::reg)_mm256_maskload_ps(reinterpret_cast<const float*>(src), m);
+            else
+                out[k] = (typename L::reg)_mm256_maskload_pd(reinterpret_cast<const double*>(src), m);
+        }
+        return;
+    }
+#endif
     E lanes[kVecLanes] = {};
     for (int i = 0; i < kVecLanes; ++i)
         if (bits >> i & 1) lanes[i] = p[i];
@@ -216,6 +252,20 @@ TF_INLINE void masked_store_lanes(E* p, const typename Layout<E>::reg* in, uint3
         }
     }
 #else
+#if TF_AVX2_MASKED_MOVES
+    using L = Layout<E>;
+    if constexpr ((sizeof(E) == 4 || sizeof(E) == 8) && L::reg_bytes == 32) {
+        for (int k = 0; k < L::regs; ++k) {
+            const __m256i m = lane_mask_avx2<sizeof(E)>(bits >> (k * L::lanes_per_reg));
+            E* dst = p + k * L::lanes_per_reg;
+            if constexpr (sizeof(E) == 4)
+                _mm256_maskstore_ps(reinterpret_cast<float*>(dst), m, (__m256)in[k]);
+            else
+                _mm256_maskstore_pd(reinterpret_cast<double*>(dst), m, (__m256d)in[k]);
+        }
+        return;
+    }
+#endif
     E lanes[kVecLanes];
     std::memcpy(lanes, in, sizeof lanes);
     for (int i = 0; i < kVecLanes; ++i)

@@ -217,3 +217,59 @@ def constant_pad_nd(x, pad, value=0):
             return loader(source)
         return ops.masked(mask, lambda: loader(source), value)
     return TensorBox.create(Pointwise(meta.device, dtype, inner_fn, out_size, origins=("constant_pad_nd",)))
+
+
+@register_lowering(aten.slice_scatter)
+def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    """``x`` with ``x[..., start:end:step, ...]`` replaced by ``src``: one pointwise
+    ``where(inside the slice, src[(i - start) / step], x)``. Inside the slice a step-1
+    read of ``src`` is contiguous along ``dim`` (a masked vector load, not the gather that
+    torch's decomposition into index arithmetic gives)."""
+    return _slice_scatter(x.make_loader(), src, list(x.get_size()), dim, start, step)
+
+
+@register_lowering(aten.slice_backward)
+def slice_backward(grad_output, input_sizes, dim, start, end, step):
+    """The gradient of ``x[..., start:end:step, ...]``: zeros with ``grad_output`` in the slice."""
+    return _slice_scatter(None, grad_output, sym.sizes_of(input_sizes), dim, start, step)
+
+
+def _slice_scatter(base_loader, src, size, dim, start, step):
+    meta = _meta()
+    dtype = meta.dtype
+    _check_dtype(dtype)
+    if not isinstance(step, int) or step < 1:
+        raise Unsupported(f"slice_scatter with step {step}")
+    dim = dim + len(size) if dim < 0 else dim
+    length = size[dim]
+    start = sympy.Integer(0) if start is None else sym.sint(start)
+    if start.is_Integer and int(start) < 0:
+        start = start + length
+    if start.is_number and sym.is_static(length):
+        start = sympy.Integer(max(0, min(int(start), sym.to_int(length))))
+    elif not start.is_number and not (start.is_nonnegative or sym.current_sizevars().known_lt(-1, start)):
+        raise Unsupported(f"slice_scatter with a symbolic start {start} of unknown sign")
+    end = start + src.get_size()[dim] * step   # src holds exactly the slice's elements
+    src_loader = make_loader(src, dtype)
+
+    # bounds that every index meets need no test (the backward of a slice over a whole dim)
+    low = None if start == 0 else start
+    high = None if sym.same_size(end, length) else end
+
+    def inner_fn(index):
+        position = index[dim]
+        inside = in_range(position, low, high)
+        if step != 1:
+            # a negative (position - start) is outside already; its remainder only needs to be 0 on multiples
+            on_step = ops.eq(ops.index_expr(sym.ModularIndexing(position - start + step * end, 1, step),
+                                            torch.int64), ops.constant(0, torch.int64))
+            inside = on_step if inside is None else ops.logical_and(inside, on_step)
+        source = list(index)
+        source[dim] = (position - start) if step == 1 else sym.FloorDiv(position - start, step)
+        if inside is None:   # the slice is the whole dim
+            return src_loader(source)
+        value = ops.masked(inside, lambda: src_loader(source), 0)
+        if base_loader is None:
+            return value
+        return ops.where(inside, value, base_loader(index))
+    return TensorBox.create(Pointwise(meta.device, dtype, inner_fn, list(size), origins=("slice_scatter",)))
