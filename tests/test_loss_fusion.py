@@ -139,6 +139,16 @@ def test_softmax_and_logsumexp_of_long_bf16_rows(device, _looped):
     check(lambda a: (torch.softmax(a, -1), torch.logsumexp(a, 1), torch.logsumexp(a.float(), 1)), x)
 
 
+def test_logsumexp_is_one_pass_over_long_rows(device, _looped):
+    """logsumexp shifts by the max with its infinities zeroed: the same one-pass sum, with
+    inf (not NaN) in a row whose max is +inf."""
+    x = _special_rows(6, CLASSES, device)
+    sources = check(lambda a: torch.logsumexp(a, 1), x)
+    if _triton(device):
+        wrapper = _wrapper(sources)
+        assert _r_loops(wrapper) == 1 and "online_softmax_update" in wrapper, wrapper
+
+
 def test_logsumexp_over_leading_dim_and_several_dims(device, _looped):
     x = rand(CLASSES, 6, device=device)
     x[7, 2] = float("inf")
