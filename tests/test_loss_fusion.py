@@ -153,6 +153,7 @@ def test_logsumexp_over_leading_dim_and_several_dims(device, _looped):
     x = rand(CLASSES, 6, device=device)
     x[7, 2] = float("inf")
     check(lambda a: (torch.logsumexp(a, 0), torch.logsumexp(a.view(-1, 2, 3), (0, 2))), x)
+    check(lambda a: torch.logsumexp(a.sum(), 0), x)   # a 0-d input: nothing to rewrite
 
 
 # ---- scatter into a constant, one index per line: pointwise ---------------------------------

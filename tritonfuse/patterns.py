@@ -71,8 +71,8 @@ def match_online_softmax_sum(node) -> Optional[OnlineSoftmaxSum]:
         return None
     keepdim = amax.args[2] if len(amax.args) > 2 else amax.kwargs.get("keepdim", False)
     meta = x.meta.get("val")
-    if not keepdim or meta is None or not meta.dtype.is_floating_point:
-        return None
+    if not keepdim or meta is None or not meta.dtype.is_floating_point or meta.dim() == 0:
+        return None   # a 0-d x (logsumexp of a scalar) has no dim to reduce over
     ndim = meta.dim()
     dims = _dims(node.args[1], ndim)
     if dims != _dims(amax.args[1], ndim):
