@@ -22,7 +22,7 @@ from .ir import (
 )
 from .codegen.registry import prefers_materialized_reuse, prefers_online_softmax
 from .lowering import Unsupported, lowerings
-from .lowering.reductions import sumexp
+from .lowering.reductions import sumexp, sumexp_of_finite_shift
 from .lowering.registry import make_loader
 from .patterns import match_online_softmax_sum
 
@@ -191,13 +191,14 @@ class GraphLowering(torch.fx.Interpreter):
         match = match_online_softmax_sum(node)
         if match is None:
             return None
-        x_node, dims = match
-        x = self.lowered.get(x_node)
+        x = self.lowered.get(match.x)
         if not isinstance(x, TensorBox) or not prefers_online_softmax(x.get_device().type):
             return None
         keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
         try:
-            return sumexp(x, dims, keepdim)
+            if match.finite_max is None:
+                return sumexp(x, match.dims, keepdim)
+            return sumexp_of_finite_shift(x, self.lowered[match.finite_max], match.dims, keepdim)
         except Unsupported:
             return None
 

@@ -5,6 +5,8 @@ scheduler can fuse with its producer (as a prologue) and its consumers (as an ep
 var/std are computed two-pass (mean, then the mean of squared deviations): exact, and
 free of extra memory traffic in a persistent reduction, where the row sits in registers.
 """
+import math
+
 import sympy
 import torch
 
@@ -306,3 +308,22 @@ def sumexp(x, dims, keepdim):
     acc = _accumulate_dtype(dtype)
     result = make_reduction(x, dims, keepdim, "sumexp", acc, acc, origin="sum")
     return result if acc == dtype else _map(result, lambda v: ops.to_dtype(v, dtype), dtype, "sum")
+
+
+def sumexp_of_finite_shift(x, row_max, dims, keepdim):
+    """sum(exp(x - where(abs(m) == inf, 0, m))) over ``dims`` for m = ``row_max`` =
+    amax(x, dims, keepdim=True), logsumexp's form, from one sumexp reduction: the two
+    sums differ only in rows whose max is +inf (exp(x - 0) sums to inf there, exp(x - m)
+    to NaN); rows of -inf sum to 0 either way, and a NaN max gives NaN either way."""
+    total = sumexp(x, dims, True)
+    dtype = total.get_dtype()
+    total_loader, max_loader = total.make_loader(), row_max.make_loader()
+
+    def inner_fn(index):
+        infinite = ops.eq(max_loader(index), ops.constant(math.inf, row_max.get_dtype()))
+        return ops.where(infinite, ops.constant(math.inf, dtype), total_loader(index))
+    origins = tuple(dict.fromkeys(origins_of([total, row_max]) + ("sum",)))
+    result = TensorBox.create(Pointwise(x.get_device(), dtype, inner_fn, list(total.get_size()), origins=origins))
+    if keepdim:
+        return result
+    return view(result, [s for d, s in enumerate(total.get_size()) if d not in dims])
