@@ -183,14 +183,15 @@ def test_cross_entropy_backward_has_no_scatter(device, _looped):
 
 
 def test_one_hot_times_values_is_one_kernel(device):
-    """The product and its sum in one kernel; the other checks one_hot's index range
-    (all(i >= 0), all(i < 37)) for eager's _assert_async."""
+    """The product and its sum in one kernel; on the CPU another checks one_hot's index
+    range (all(i >= 0), all(i < 37)) for eager's _assert_async (eager's CUDA one_hot does
+    not check, to avoid a sync)."""
     torch.manual_seed(0)
     x = rand(ROWS, 37, device=device)
     t = torch.randint(0, 37, (ROWS,), device=device)
     check(lambda a, i: (F.one_hot(i, 37).float() * a).sum(1), x, t)
     _no_fallbacks()
-    assert kernel_count() == 2
+    assert kernel_count() == (1 if device == "cuda" else 2)   # eager checks the range on the CPU only
 
 
 def test_scatter_into_zeros_with_one_wide_index_is_one_kernel(device):
