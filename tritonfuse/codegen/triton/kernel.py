@@ -394,6 +394,8 @@ class TritonKernel:
             raise AttributeError(f"the Triton backend has no op {name!r}")
 
         def emit(*operands):
+            if operands and all(isinstance(o, Constant) for o in operands):
+                operands = (self._scalar_tensor(operands[0]),) + operands[1:]
             dtype = _result_dtype(name, operands)
             over_r = any(getattr(o, "over_r", False) for o in operands)
             chosen = template
@@ -402,6 +404,15 @@ class TritonKernel:
             text = chosen.format(*[str(o) for o in operands])
             return self.cse.generate(self.out, text, dtype, over_r=over_r)
         return emit
+
+    def _scalar_tensor(self, constant):
+        """A literal as a tensor of ones of the blocks' rank (it broadcasts to every block of the
+        kernel; Triton's interpreter combines neither 0-d tensors nor other ranks with blocks), for an op whose operands are all literals (chebyshev_t(0.3, n)
+        tests |0.3| == 1): Python would evaluate it to a float or bool, which Triton's tensor ops
+        and masks (`bool & tensor`, `(0.3).to(...)`) do not take."""
+        ones = "[1, 1]" if self.tiled or self.has_r else "[1]"   # the rank of the kernel's blocks
+        text = f"tl.full({ones}, {constant}, {TRITON_TYPES[compute_dtype(constant.dtype)]})"
+        return self.cse.generate(self.out, text, constant.dtype, over_r=False)
 
     def _integer_template(self, name, operands, over_r) -> Optional[str]:
         """Integer division and shifts with eager's semantics (overrides.py), or None."""
