@@ -565,6 +565,7 @@ BAD_VALUES = {   # one bad value for every environment variable tritonfuse reads
     "TRITONFUSE_AUTOTUNE": "fastest",
     "TRITONFUSE_MAX_AUTOTUNE": "max-autotune",
     "TRITONFUSE_GEMM_BACKENDS": "cublas,triton",
+    "TRITONFUSE_PARTITIONER": "rematerialize-all",
     "TRITONFUSE_COMPILE_WORKERS": "many",
     "TRITONFUSE_COMPILE_POOL": "gpu",
     "TRITONFUSE_AUTOTUNE_INTERPRET": "sometimes",
@@ -617,9 +618,10 @@ def test_settings_parse_their_good_values(tmp_path):
         "TRITONFUSE_COMPILE_WORKERS": "0", "TRITONFUSE_COMPILE_POOL": "Threads",
         "TRITONFUSE_CACHE_DIR": str(tmp_path), "TRITONFUSE_CXXFLAGS": "-DA=1 '-DB=2 3'",
         "TRITONFUSE_MAX_AUTOTUNE": "on", "TRITONFUSE_GEMM_BACKENDS": " Triton, aten,",
-        "XDG_CACHE_HOME": str(tmp_path / "xdg")})
+        "TRITONFUSE_PARTITIONER": " Default ", "XDG_CACHE_HOME": str(tmp_path / "xdg")})
     assert problems == []
     assert values["max_autotune"] is True and values["gemm_backends"] == "aten,triton"
+    assert values["partitioner"] == "default"
     assert values["cpu_backend"] == "triton" and values["autotune"] == "max" and values["debug"] is True
     assert values["graph_cache"] is False and values["max_shape_specializations"] == 3
     assert values["compile_workers"] == 0 and values["compile_pool"] == "threads"
