@@ -101,6 +101,7 @@ class _InterpState:
     device_fns: dict = {}          # raw python fn -> InterpretedFunction
     saved_call = None
     patch_lang = None
+    patched_langs: frozenset = frozenset()   # ids of the modules the open patch covers
 
 
 def _index_of_scalar(self) -> int:
@@ -109,10 +110,47 @@ def _index_of_scalar(self) -> int:
     return int(self.handle.data.squeeze())
 
 
+class _OutermostPatch:
+    """The scope of the language patch that an interpreted kernel's launch opened: while
+    it is open, `_InterpState.patched_langs` names the modules it covers."""
+
+    def __init__(self, scope, langs: frozenset) -> None:
+        self._scope = scope
+        _InterpState.patched_langs = langs
+
+    def set_attr(self, obj, name, value) -> None:
+        self._scope.set_attr(obj, name, value)
+
+    def restore(self) -> None:
+        _InterpState.patched_langs = frozenset()
+        self._scope.restore()
+
+
+class _AlreadyPatched:
+    """The scope of a patch asked for inside an open one that covers it: nothing to undo."""
+
+    def set_attr(self, obj, name, value) -> None:
+        raise RuntimeError("a nested language patch scope cannot patch")
+
+    def restore(self) -> None:
+        pass
+
+
 def _patch_lang_compat(fn):
-    """interpreter._patch_lang plus the scalar __index__ fix; returns the restorable scope."""
+    """interpreter._patch_lang plus the scalar __index__ fix; returns the restorable scope.
+
+    The interpreter patches the language modules visible from `fn` (triton.language and
+    its core: process-wide objects) at every kernel launch and at every call of one
+    @jit function from another, which walks those modules member by member. A call made
+    inside a launch whose patch already covers the modules `fn` sees is left as it is:
+    a reduction with a custom combine function calls it once per element pair, and
+    repatching made those calls about 3x slower.
+    """
     import triton.language as tl
-    scope = _InterpState.patch_lang(fn)
+    langs = frozenset(id(v) for v in fn.__globals__.values() if v is tl or v is tl.core)
+    if langs and langs <= _InterpState.patched_langs:
+        return _AlreadyPatched()
+    scope = _OutermostPatch(_InterpState.patch_lang(fn), langs)
     scope.set_attr(tl.core.tensor, "__index__", _index_of_scalar)
     return scope
 
@@ -149,6 +187,7 @@ def _jit_calls_interpreted():
             _InterpState.patch_lang = interpreter._patch_lang
             JITFunction.__call__ = _interpreted_device_call
             interpreter._patch_lang = _patch_lang_compat
+            _InterpState.patched_langs = frozenset()
         _InterpState.depth += 1
         try:
             yield
