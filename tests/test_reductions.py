@@ -78,6 +78,25 @@ def test_argmax_ties_and_nans(device):
     check(lambda a: (a.argmax(1), a.argmin(1), a.amax(1), a.amin(1)), x)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int8, torch.int64,
+                                   torch.bool])
+def test_max_min_propagate_nan_in_every_dtype(device, dtype):
+    """amax / amin (and max over a dim) keep eager's NaN propagation and the input's dtype:
+    rows with one NaN, with only NaNs, with -inf / +inf, signed zeros, and ints at their edges."""
+    if dtype.is_floating_point:
+        nan, inf = float("nan"), float("inf")
+        x = torch.tensor([[1.0, nan, 3.0, -2.0], [nan, nan, nan, nan], [-inf, -inf, -inf, -inf],
+                          [inf, 0.5, -inf, 2.0], [-0.0, -0.0, -0.0, -0.0], [0.25, -7.0, 6.5, 6.5]], dtype=dtype)
+    elif dtype == torch.bool:
+        x = torch.tensor([[True, False, False], [False, False, False], [True, True, True]])
+    else:
+        info = torch.iinfo(dtype)
+        x = torch.tensor([[info.min, 0, info.max], [info.min, info.min, info.min], [-1, 5, 3]], dtype=dtype)
+    fns = (lambda a: (a.amax(1), a.amin(1), a.amax(0), a.amin(0))) if dtype == torch.bool else \
+        (lambda a: (a.amax(1), a.amin(1), a.max(1).values, a.amax(0), a.amin(0)))
+    check(fns, x.to(device))
+
+
 def test_sigmoid_of_sum_is_one_kernel(device):
     x, y = rand(8, 33, device=device), rand(8, 33, device=device)
     sources = check(lambda a, b: torch.sigmoid(torch.sum(a + b, dim=1)), x, y)

@@ -54,6 +54,27 @@ def min2(values, axis: tl.constexpr):
     return tl.reduce(values, axis, _min_combine)
 
 
+# The interpreter's tl.max / tl.min are numpy's nanmax / nanmin (NaN skipped) and run
+# vectorized, while a tl.reduce with a combine function of its own calls it once per
+# element pair in Python. Interpreted launches (triton_launcher.py) take these forms of
+# max2 / min2: the vectorized reduction, with the NaN of any row that has one put back.
+
+@triton.jit
+def _nan_of_rows(values, axis: tl.constexpr, reduced):
+    nans = tl.sum(tl.where(values != values, values, 0), axis).to(reduced.dtype)  # NaN or 0
+    return tl.where(nans != nans, nans, reduced)
+
+
+@triton.jit
+def max2_interpreted(values, axis: tl.constexpr):
+    return _nan_of_rows(values, axis, tl.max(values, axis))
+
+
+@triton.jit
+def min2_interpreted(values, axis: tl.constexpr):
+    return _nan_of_rows(values, axis, tl.min(values, axis))
+
+
 @triton.jit
 def _prod_combine(a, b):
     return a * b

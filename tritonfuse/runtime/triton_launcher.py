@@ -15,6 +15,7 @@ process, so compiled CUDA kernels in the same process stay compiled.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import logging
@@ -155,6 +156,15 @@ def _patch_lang_compat(fn):
     return scope
 
 
+@functools.lru_cache(maxsize=None)
+def _interpreted_forms() -> dict:
+    """Helpers whose compiled form is slow under the interpreter -> the form it runs
+    instead (same results: triton_helpers.py says why each exists)."""
+    from . import triton_helpers
+    return {triton_helpers.max2.fn: triton_helpers.max2_interpreted,
+            triton_helpers.min2.fn: triton_helpers.min2_interpreted}
+
+
 def _interpreted_device_call(jit_fn, *args, **kwargs):
     """JITFunction.__call__ while a kernel is interpreted: run the callee interpreted too.
 
@@ -162,6 +172,7 @@ def _interpreted_device_call(jit_fn, *args, **kwargs):
     are JITFunctions unless TRITON_INTERPRET was set when triton was imported.
     """
     from triton.runtime.interpreter import InterpretedFunction
+    jit_fn = _interpreted_forms().get(jit_fn.fn, jit_fn)
     interp = _InterpState.device_fns.get(jit_fn.fn)
     if interp is None:
         interp = _InterpState.device_fns[jit_fn.fn] = InterpretedFunction(jit_fn.fn)
