@@ -111,19 +111,21 @@ def _index_of_scalar(self) -> int:
     return int(self.handle.data.squeeze())
 
 
-class _OutermostPatch:
-    """The scope of the language patch that an interpreted kernel's launch opened: while
-    it is open, `_InterpState.patched_langs` names the modules it covers."""
+class _LangPatch:
+    """The scope of one patch of language modules; scopes nest (a launch, then the @jit
+    calls inside it), and while open `_InterpState.patched_langs` holds every module
+    that an open scope covers."""
 
     def __init__(self, scope, langs: frozenset) -> None:
         self._scope = scope
-        _InterpState.patched_langs = langs
+        self._outer_langs = _InterpState.patched_langs
+        _InterpState.patched_langs = self._outer_langs | langs
 
     def set_attr(self, obj, name, value) -> None:
         self._scope.set_attr(obj, name, value)
 
     def restore(self) -> None:
-        _InterpState.patched_langs = frozenset()
+        _InterpState.patched_langs = self._outer_langs
         self._scope.restore()
 
 
@@ -151,7 +153,7 @@ def _patch_lang_compat(fn):
     langs = frozenset(id(v) for v in fn.__globals__.values() if v is tl or v is tl.core)
     if langs and langs <= _InterpState.patched_langs:
         return _AlreadyPatched()
-    scope = _OutermostPatch(_InterpState.patch_lang(fn), langs)
+    scope = _LangPatch(_InterpState.patch_lang(fn), langs)
     scope.set_attr(tl.core.tensor, "__index__", _index_of_scalar)
     return scope
 
