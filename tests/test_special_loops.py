@@ -83,3 +83,26 @@ def test_airy_ai_matches_eager(device, dtype):
     check(lambda a: torch.special.airy_ai(a * 1.0), x, atol=1e-6 if dtype == torch.float32 else 1e-12,
           rtol=1e-5 if dtype == torch.float32 else 1e-10)
     _kernels_only()
+
+
+IGAMMA_A = [0.0, 1e-3, 0.1, 0.5, 1.0, 1.5, 2.0, 3.7, 5.0, 10.0, 19.0, 21.0, 30.0, 50.0, 100.0, 199.0, 201.0, 250.0,
+            1000.0, 1e4, float("inf"), float("nan"), -1.0]
+IGAMMA_X = [0.0, 1e-4, 0.1, 0.3, 0.5, 0.7, 1.0, 1.05, 1.1, 1.5, 2.0, 5.0, 10.0, 20.0, 25.0, 30.0, 60.0, 100.0, 200.0,
+            210.0, 260.0, 1000.0, 1.1e4, float("inf"), float("nan"), -1.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", ["gammainc", "gammaincc"])
+def test_incomplete_gamma_matches_eager(device, name, dtype):
+    """P(a, x) and Q(a, x) over every a with every x: Math.h's boundary values (0, inf, NaN,
+    negative), the asymptotic expansion (a ~ x above 20 and above 200), the power series,
+    the series of Q for x <= 1.1 on each side of 0.5 and the continued fraction, with lanes
+    of very different trip counts in one block; no aten call left."""
+    fn = getattr(torch.special, name)
+    a = torch.tensor(IGAMMA_A, dtype=dtype)
+    x = torch.tensor(IGAMMA_X, dtype=dtype)
+    a, x = (a[:, None].expand(-1, len(IGAMMA_X)).contiguous().to(device),
+            x[None, :].expand(len(IGAMMA_A), -1).contiguous().to(device))
+    check(lambda p, q: fn(p * 1.0, q), a, x,
+          atol=1e-6 if dtype == torch.float32 else 1e-14, rtol=1e-4 if dtype == torch.float32 else 1e-10)
+    _kernels_only()

@@ -15,6 +15,7 @@ from .. import math_composites as composite
 from .. import ops_table
 from .. import special_airy
 from .. import special_bessel as bessel
+from .. import special_igamma
 from .. import special_polynomials
 from ..virtualized import ops
 from .pointwise import register_pointwise
@@ -71,6 +72,8 @@ for _name in ("chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_pol
     register_pointwise(getattr(aten, f"special_{_name}"), getattr(special_polynomials, _name), INT_TO_FLOAT)
 register_pointwise(aten.special_zeta, lambda x, q, dtype: ops.zeta(x, q), INT_TO_FLOAT)   # a loop primitive
 register_pointwise(aten.special_airy_ai, special_airy.airy_ai, INT_TO_FLOAT)
+register_pointwise(aten.igamma, special_igamma.igamma, INT_TO_FLOAT)
+register_pointwise(aten.igammac, special_igamma.igammac, INT_TO_FLOAT)
 
 
 def _signbit(x, dtype):

@@ -15,7 +15,8 @@ from .triton_math import (  # noqa: F401
 )
 # loops with a per-lane trip count: the orthogonal polynomials' recurrences, Hurwitz zeta
 from .triton_special import (  # noqa: F401
-    airy_ai_series, chebyshev_loop, hermite_h_loop, hermite_he_loop, laguerre_loop, legendre_loop, zeta,
+    airy_ai_series, chebyshev_loop, hermite_h_loop, hermite_he_loop, igamma_series, igammac_fraction,
+    igammac_series, laguerre_loop, legendre_loop, zeta,
 )
 
 
