@@ -95,14 +95,20 @@ IGAMMA_X = [0.0, 1e-4, 0.1, 0.3, 0.5, 0.7, 1.0, 1.05, 1.1, 1.5, 2.0, 5.0, 10.0, 
 @pytest.mark.parametrize("name", ["gammainc", "gammaincc"])
 def test_incomplete_gamma_matches_eager(device, name, dtype):
     """P(a, x) and Q(a, x) over every a with every x: Math.h's boundary values (0, inf, NaN,
-    negative), the asymptotic expansion (a ~ x above 20 and above 200), the power series,
+    negative), the asymptotic expansion (a ~ x above 20 and above 200, across its region),
+    the power series,
     the series of Q for x <= 1.1 on each side of 0.5 and the continued fraction, with lanes
     of very different trip counts in one block; no aten call left."""
     fn = getattr(torch.special, name)
     a = torch.tensor(IGAMMA_A, dtype=dtype)
     x = torch.tensor(IGAMMA_X, dtype=dtype)
-    a, x = (a[:, None].expand(-1, len(IGAMMA_X)).contiguous().to(device),
-            x[None, :].expand(len(IGAMMA_A), -1).contiguous().to(device))
+    a, x = a[:, None].expand(-1, len(IGAMMA_X)).flatten(), x[None, :].expand(len(IGAMMA_A), -1).flatten()
+    # and across the asymptotic expansion's region: |x - a| / a up to 0.3, 4.5 / sqrt(a) above 200
+    near = torch.tensor([20.5, 21.0, 35.0, 60.0, 150.0, 199.5, 200.5, 300.0, 1e3, 1e4, 1e5], dtype=torch.float64)
+    spread = torch.linspace(-0.99, 0.99, 13, dtype=torch.float64)
+    bound = torch.where(near < 200, torch.full_like(near, 0.3), 4.5 / near.sqrt())
+    a = torch.cat([a, near[:, None].expand(-1, 13).flatten().to(dtype)]).to(device)
+    x = torch.cat([x, (near[:, None] * (1 + spread[None, :] * bound[:, None])).flatten().to(dtype)]).to(device)
     check(lambda p, q: fn(p * 1.0, q), a, x,
           atol=1e-6 if dtype == torch.float32 else 1e-14, rtol=1e-4 if dtype == torch.float32 else 1e-10)
     _kernels_only()
