@@ -112,3 +112,20 @@ def test_incomplete_gamma_matches_eager(device, name, dtype):
     check(lambda p, q: fn(p * 1.0, q), a, x,
           atol=1e-6 if dtype == torch.float32 else 1e-14, rtol=1e-4 if dtype == torch.float32 else 1e-10)
     _kernels_only()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_incomplete_gamma_in_place_and_broadcast(device, dtype):
+    """Tensor.igamma_ / igammac_ (in place: functionalized to igamma / igammac), a broadcast
+    row and a 0-d operand, 16-bit floats computed in float as eager's kernel does; one kernel."""
+    a = (torch.rand(6, 40, dtype=torch.float32) * 30).to(dtype).to(device)
+    x = (torch.rand(40, dtype=torch.float32) * 30).to(dtype).to(device)
+
+    def fn(p, q):
+        p = p * 1.0
+        p.igamma_(q)
+        r = (p * 10.0 + 0.5).igammac_(q[0])
+        return r + torch.special.gammaincc(q, p)
+    check(fn, a, x, atol=1e-2 if dtype == torch.bfloat16 else 1e-6, rtol=1e-2 if dtype == torch.bfloat16 else 1e-4)
+    _kernels_only()
+    assert kernel_count() == 1
