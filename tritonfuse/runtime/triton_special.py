@@ -103,7 +103,8 @@ def legendre_loop(x, n, q):
 
 # ---- Hurwitz zeta(x, q) ------------------------------------------------------------------
 
-ZETA_MACHEP = 1.11022302462515654042E-16
+# ATen's MACHEP, 1.11022302462515654042E-16, written out where it is used: compiled Triton
+# reads no global that is not a constexpr (the interpreter does, which hid it).
 
 
 @triton.jit
@@ -121,7 +122,7 @@ def _zeta_correction(s, a, b, k, x, w, done, coefficient):
     b = b / w
     t = a * b / coefficient
     s = tl.where(done, s, s + t)
-    done = done | (tl.abs(t / s) < ZETA_MACHEP)
+    done = done | (tl.abs(t / s) < 1.11022302462515654042E-16)
     k = k + 1.0
     a = a * (x + k)
     b = b / w
@@ -152,7 +153,7 @@ def zeta(x, q):
         a = tl.where(running, a + 1.0, a)
         b = tl.where(running, _pow_f64(a, -x), b)
         s = tl.where(running, s + b, s)
-        converged = running & (-ZETA_MACHEP * s < b) & (b < ZETA_MACHEP * s)
+        converged = running & (-1.11022302462515654042E-16 * s < b) & (b < 1.11022302462515654042E-16 * s)
         done = done | converged
         i += 1
         running = (~done) & ((a <= 9.0) | (i < 9))
@@ -223,7 +224,8 @@ def airy_ai_series(x):
 
 @triton.jit
 def _igamma_start(a, x):
-    """Both operands as blocks (one may be a literal) and the dtype's MACHEP."""
+    """Both operands as blocks and the dtype's MACHEP. special_igamma.py passes blocks of one
+    dtype (a where with the operand); a float literal would come out float32 here."""
     a = tl.where(x != x, a, a)
     x = tl.where(a != a, x, x)
     if x.dtype == tl.float64:
