@@ -1,5 +1,6 @@
-"""torch.special's orthogonal polynomials, Hurwitz zeta and Airy Ai: loops whose trip count is
-a value of the tensor (special cases in tritonfuse/special_polynomials.py and special_airy.py;
+"""torch.special's orthogonal polynomials, Hurwitz zeta, Airy Ai and the incomplete gamma
+functions: loops whose trip count is a value of the tensor (special cases in
+tritonfuse/special_polynomials.py, special_airy.py and special_igamma.py;
 the loop primitives in cpu_backend/include/tf_special_loops.h and
 tritonfuse/runtime/triton_special.py).
 Compared with eager on every column, over the special cases of ATen's Math.h (n < 0,

@@ -1,6 +1,7 @@
 // tf_special_loops.h: loops whose trip count is a value of the tensor: the recurrences of
-// torch.special's orthogonal polynomials (the degree n) and the Hurwitz zeta series (run
-// until it converges). Part of tritonfuse_vec.h.
+// torch.special's orthogonal polynomials (the degree n), and the Hurwitz zeta series, Airy
+// Ai's power series and the incomplete gamma functions' loops (each run until it converges).
+// Part of tritonfuse_vec.h.
 //
 // Each function runs the three-term recurrence of one polynomial family from p = 1 and the
 // given q (the degree-1 value), step for step as ATen's Math.h writes it (the same

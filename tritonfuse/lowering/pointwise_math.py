@@ -2,8 +2,9 @@
 functions, erfc/erfinv/lgamma/digamma/i0, the two-operand float ops (atan2, hypot,
 copysign, nextafter, fmax, fmin, logaddexp), signbit, heaviside, sinc and the
 ``torch.special`` functions Inductor lowers (the Bessel functions J, Y and K from
-special_bessel.py; the orthogonal polynomials, zeta and Airy Ai, whose loops run as long as a
-value asks: special_polynomials.py, special_airy.py, ops_table's loop primitives).
+special_bessel.py; the orthogonal polynomials, zeta, Airy Ai and the incomplete gamma
+functions igamma / igammac, whose loops run as long as a value asks: special_polynomials.py,
+special_airy.py, special_igamma.py, ops_table's loop primitives).
 
 Each is a primitive of the op table (spelled by every backend) or a composite of
 math_composites.py (written once). Type promotion is eager's, per op: integer inputs of

@@ -1,6 +1,7 @@
 """Loops whose trip count is a value of the tensor, for Triton kernels: the recurrences of
-torch.special's orthogonal polynomials (``tf_helpers.chebyshev_loop`` ...) and the Hurwitz
-zeta series (``tf_helpers.zeta``). The C++ backend's twins are in
+torch.special's orthogonal polynomials (``tf_helpers.chebyshev_loop`` ...), the Hurwitz
+zeta series (``tf_helpers.zeta``), Airy Ai's power series and the incomplete gamma
+functions' series and continued fraction (``tf_helpers.igamma_series`` ...). The C++ backend's twins are in
 cpu_backend/include/tf_special_loops.h; the op table declares them.
 
 Each lane has its own trip count (the degree n, a value of the tensor): the block loops
