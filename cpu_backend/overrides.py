@@ -66,6 +66,7 @@ CPP_OPS.update({name: f"tf::{name}({{0}}, {{1}})" for name in ("atan2", "hypot",
 CPP_OPS.update({name: f"tf::{name}({{0}}, {{1}}, {{2}})" for name in SPECIAL_LOOPS})
 CPP_OPS["zeta"] = "tf::zeta({0}, {1})"
 CPP_OPS["airy_ai_series"] = "tf::airy_ai_series({0})"
+CPP_OPS.update({name: f"tf::{name}({{0}}, {{1}})" for name in ("igamma_series", "igammac_series", "igammac_fraction")})
 # ---- end of the math block
 
 

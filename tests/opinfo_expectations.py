@@ -71,7 +71,7 @@ ALLOWED_FALLBACKS = {
     **dict.fromkeys(["masked_scatter", "nonzero_static", "histogram", "histogramdd", "histc"], DATA_DEPENDENT),
     # no kernel from Inductor either on the sweep's samples (docs/results/opinfo_cpu.md)
     **dict.fromkeys([
-        "eye", "cdist", "nn.functional.pdist", "bucketize", "searchsorted", "nn.functional.embedding_bag",
+        "cdist", "nn.functional.pdist", "bucketize", "searchsorted", "nn.functional.embedding_bag",
         "grid_sampler_3d", "hash_tensor", "_segment_reduce.lengths", "_segment_reduce.offsets",
         "index_reduce.prod", "index_reduce.amin", "index_reduce.amax", "_upsample_bilinear2d_aa",
         "nn.functional.linear_cross_entropy.chunked", "nn.functional.linear_cross_entropy.chunked_none",

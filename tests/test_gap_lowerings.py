@@ -1,6 +1,6 @@
 """The OpInfo sweep's lowering gaps (ops Inductor makes kernels for that ran as aten calls):
 isin, put, scatter_reduce / index_reduce mean, diagonal_scatter, as_strided_copy /
-as_strided_scatter, adaptive_max_pool1d/2d, frexp. Each is compared with eager on every
+as_strided_scatter, adaptive_max_pool1d/2d, frexp, eye. Each is compared with eager on every
 column of the device matrix and must leave no aten call of its own behind
 (tritonfuse/extra_decompositions.py, lowering/scatter_views.py, lowering/pooling.py)."""
 import pytest
@@ -114,4 +114,15 @@ def test_frexp(device, dtype):
     special += [limits.max, -limits.max, limits.tiny, limits.tiny / 8, limits.eps]
     x = torch.cat([torch.tensor(special, dtype=dtype), rand(40, dtype=dtype, low=-1e4, high=1e4)]).to(device)
     check(lambda a: torch.frexp(a), x)
+    _kernels_only()
+
+
+# ---- eye ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_eye(device, dtype):
+    """torch.eye (square and n x m) inside a graph: two ranges compared, fused with its users."""
+    x = rand(6, 4, device=device)
+    check(lambda v: (v * torch.eye(6, 4, dtype=dtype, device=v.device), torch.eye(3, dtype=dtype, device=v.device),
+                     torch.eye(4, 7, dtype=dtype, device=v.device)), x)
     _kernels_only()

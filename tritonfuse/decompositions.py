@@ -44,6 +44,8 @@ DECOMPOSED_OPS = [
     "im2col", "unfold_copy", "_chunk_cat", "max_unpool2d", "max_unpool3d", "grid_sampler_2d",
     "adaptive_max_pool2d", "adaptive_max_pool3d",
     "as_strided_copy",
+    # creation: the identity as a comparison of two ranges (one kernel instead of aten.eye)
+    "eye",
 ]
 
 

@@ -50,6 +50,8 @@ PRIMITIVES = {
     **_specs(SAME, 3, " ".join(SPECIAL_LOOPS)),
     "zeta": OpSpec("zeta", 2, SAME),   # Hurwitz zeta(x, q): a series run until it converges
     "airy_ai_series": OpSpec("airy_ai_series", 1, SAME),   # Airy Ai's power series, likewise
+    # the incomplete gamma functions' loops (a, x), run until they converge (special_igamma.py)
+    **_specs(SAME, 2, "igamma_series igammac_series igammac_fraction"),
     # special forms, handled by every backend explicitly
     "constant": OpSpec("constant", 2, ARG),     # (value, dtype)
     "index_expr": OpSpec("index_expr", 2, ARG),  # (sympy expr, dtype)

@@ -1,6 +1,7 @@
 // tf_special_loops.h: loops whose trip count is a value of the tensor: the recurrences of
-// torch.special's orthogonal polynomials (the degree n) and the Hurwitz zeta series (run
-// until it converges). Part of tritonfuse_vec.h.
+// torch.special's orthogonal polynomials (the degree n), and the Hurwitz zeta series, Airy
+// Ai's power series and the incomplete gamma functions' loops (each run until it converges).
+// Part of tritonfuse_vec.h.
 //
 // Each function runs the three-term recurrence of one polynomial family from p = 1 and the
 // given q (the degree-1 value), step for step as ATen's Math.h writes it (the same
@@ -203,5 +204,94 @@ template <typename T>
 TF_INLINE Vec<T> airy_ai_series(const Vec<T>& x) {
     return detail::map_lanes(x, [](T a) { return airy_ai_series(a); });
 }
+
+}  // namespace tf
+
+// ---- The incomplete gamma functions' loops (ATen's Math.h, from SciPy/Cephes), each until
+// its terms vanish against its sum (T's MACHEP) or 2000 steps, in T as eager's CPU kernel
+// runs them: the power series of P (DLMF 8.11.4, returns the sum), the series of Q for small
+// x (DLMF 8.7.3, returns the sum) and Q's continued fraction (DLMF 8.9.2, returns its value).
+// What Math.h makes of these, and which one a lane takes, is written once
+// (tritonfuse/special_igamma.py).
+namespace tf {
+namespace detail {
+
+template <typename T>
+constexpr T igamma_machep() {
+    return std::is_same_v<T, double> ? T(1.11022302462515654042E-16) : T(5.9604644775390625E-8);
+}
+
+constexpr int kIgammaMaxIter = 2000;
+
+}  // namespace detail
+
+template <typename T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
+TF_INLINE T igamma_series(T a, T x) {
+    T r = a, c = 1.0, ans = 1.0;
+    for (int i = 0; i < detail::kIgammaMaxIter; i++) {
+        r += T(1.0);
+        c *= x / r;
+        ans += c;
+        if (c <= detail::igamma_machep<T>() * ans) break;
+    }
+    return ans;
+}
+
+template <typename T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
+TF_INLINE T igammac_series(T a, T x) {
+    T fac = 1.0, sum = 0.0;
+    for (int n = 1; n < detail::kIgammaMaxIter; n++) {
+        fac *= -x / n;
+        const T term = fac / (a + n);
+        sum += term;
+        if (std::abs(term) <= detail::igamma_machep<T>() * std::abs(sum)) break;
+    }
+    return sum;
+}
+
+template <typename T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
+TF_INLINE T igammac_fraction(T a, T x) {
+    const T big = std::is_same_v<T, double> ? T(4.503599627370496e15) : T(16777216.);
+    const T big_inverse = std::is_same_v<T, double> ? T(2.22044604925031308085e-16) : T(5.9604644775390625E-8);
+    T y = T(1.0) - a, z = x + y + T(1.0), c = 0.0;
+    T pkm2 = 1.0, qkm2 = x, pkm1 = x + T(1.0), qkm1 = z * x;
+    T ans = pkm1 / qkm1;
+    for (int i = 0; i < detail::kIgammaMaxIter; i++) {
+        c += T(1.0);
+        y += T(1.0);
+        z += T(2.0);
+        const T yc = y * c;
+        const T pk = pkm1 * z - pkm2 * yc;
+        const T qk = qkm1 * z - qkm2 * yc;
+        T t = 1.0;
+        if (qk != 0) {
+            const T r = pk / qk;
+            t = std::abs((ans - r) / r);
+            ans = r;
+        }
+        pkm2 = pkm1;
+        pkm1 = pk;
+        qkm2 = qkm1;
+        qkm1 = qk;
+        if (std::abs(pk) > big) {
+            pkm2 *= big_inverse;
+            pkm1 *= big_inverse;
+            qkm2 *= big_inverse;
+            qkm1 *= big_inverse;
+        }
+        if (t <= detail::igamma_machep<T>()) break;
+    }
+    return ans;
+}
+
+#define TF_IGAMMA_LANES(NAME)                                                      \
+    template <typename T>                                                          \
+    TF_INLINE Vec<T> NAME(const Vec<T>& a, const detail::id_t<Vec<T>>& x) {        \
+        return detail::map_lanes(a, x, [](T p, T q) { return NAME(p, q); });       \
+    }
+TF_IGAMMA_LANES(igamma_series)
+TF_IGAMMA_LANES(igammac_series)
+TF_IGAMMA_LANES(igammac_fraction)
+#undef TF_IGAMMA_LANES
 
 }  // namespace tf

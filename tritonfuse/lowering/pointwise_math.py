@@ -2,8 +2,9 @@
 functions, erfc/erfinv/lgamma/digamma/i0, the two-operand float ops (atan2, hypot,
 copysign, nextafter, fmax, fmin, logaddexp), signbit, heaviside, sinc and the
 ``torch.special`` functions Inductor lowers (the Bessel functions J, Y and K from
-special_bessel.py; the orthogonal polynomials, zeta and Airy Ai, whose loops run as long as a
-value asks: special_polynomials.py, special_airy.py, ops_table's loop primitives).
+special_bessel.py; the orthogonal polynomials, zeta, Airy Ai and the incomplete gamma
+functions igamma / igammac, whose loops run as long as a value asks: special_polynomials.py,
+special_airy.py, special_igamma.py, ops_table's loop primitives).
 
 Each is a primitive of the op table (spelled by every backend) or a composite of
 math_composites.py (written once). Type promotion is eager's, per op: integer inputs of
@@ -15,6 +16,7 @@ from .. import math_composites as composite
 from .. import ops_table
 from .. import special_airy
 from .. import special_bessel as bessel
+from .. import special_igamma
 from .. import special_polynomials
 from ..virtualized import ops
 from .pointwise import register_pointwise
@@ -71,6 +73,8 @@ for _name in ("chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_pol
     register_pointwise(getattr(aten, f"special_{_name}"), getattr(special_polynomials, _name), INT_TO_FLOAT)
 register_pointwise(aten.special_zeta, lambda x, q, dtype: ops.zeta(x, q), INT_TO_FLOAT)   # a loop primitive
 register_pointwise(aten.special_airy_ai, special_airy.airy_ai, INT_TO_FLOAT)
+register_pointwise(aten.igamma, special_igamma.igamma, INT_TO_FLOAT)
+register_pointwise(aten.igammac, special_igamma.igammac, INT_TO_FLOAT)
 
 
 def _signbit(x, dtype):

@@ -15,7 +15,8 @@ from .triton_math import (  # noqa: F401
 )
 # loops with a per-lane trip count: the orthogonal polynomials' recurrences, Hurwitz zeta
 from .triton_special import (  # noqa: F401
-    airy_ai_series, chebyshev_loop, hermite_h_loop, hermite_he_loop, laguerre_loop, legendre_loop, zeta,
+    airy_ai_series, chebyshev_loop, hermite_h_loop, hermite_he_loop, igamma_series, igammac_fraction,
+    igammac_series, laguerre_loop, legendre_loop, zeta,
 )
 
 
@@ -159,14 +160,24 @@ def tanh(x):
 
 @triton.jit
 def expm1(x):
-    small = tl.abs(x) < 1e-5
-    return tl.where(small, x + 0.5 * x * x, tl.exp(x) - 1.0)
+    """Kahan's (u - 1) x / log(u), u = exp(x): a few ulps everywhere (exp(x) - 1 loses the
+    digits of small x: 1e-8 relative at x = 1e-8 in float64)."""
+    u = tl.exp(x)
+    m = u - 1.0
+    r = m * (x / tl.log(tl.where(m == 0.0, 2.0, u)))
+    r = tl.where(m == 0.0, x, tl.where(m == -1.0, -1.0, r))
+    return tl.where(u == float("inf"), u, r)
 
 
 @triton.jit
 def log1p(x):
-    small = tl.abs(x) < 1e-4
-    return tl.where(small, x - 0.5 * x * x, tl.log(1.0 + x))
+    """Goldberg's log(u) x / (u - 1), u = 1 + x: a few ulps everywhere (log(1 + x) keeps
+    only the digits of x that 1 + x holds)."""
+    u = 1.0 + x
+    m = u - 1.0
+    r = tl.log(u) * (x / tl.where(m == 0.0, 1.0, m))
+    r = tl.where(m == 0.0, x, r)
+    return tl.where(x == float("inf"), x, r)
 
 
 @triton.jit

@@ -1,6 +1,7 @@
 """Loops whose trip count is a value of the tensor, for Triton kernels: the recurrences of
-torch.special's orthogonal polynomials (``tf_helpers.chebyshev_loop`` ...) and the Hurwitz
-zeta series (``tf_helpers.zeta``). The C++ backend's twins are in
+torch.special's orthogonal polynomials (``tf_helpers.chebyshev_loop`` ...), the Hurwitz
+zeta series (``tf_helpers.zeta``), Airy Ai's power series and the incomplete gamma
+functions' series and continued fraction (``tf_helpers.igamma_series`` ...). The C++ backend's twins are in
 cpu_backend/include/tf_special_loops.h; the op table declares them.
 
 Each lane has its own trip count (the degree n, a value of the tensor): the block loops
@@ -103,7 +104,8 @@ def legendre_loop(x, n, q):
 
 # ---- Hurwitz zeta(x, q) ------------------------------------------------------------------
 
-ZETA_MACHEP = 1.11022302462515654042E-16
+# ATen's MACHEP, 1.11022302462515654042E-16, written out where it is used: compiled Triton
+# reads no global that is not a constexpr (the interpreter does, which hid it).
 
 
 @triton.jit
@@ -121,7 +123,7 @@ def _zeta_correction(s, a, b, k, x, w, done, coefficient):
     b = b / w
     t = a * b / coefficient
     s = tl.where(done, s, s + t)
-    done = done | (tl.abs(t / s) < ZETA_MACHEP)
+    done = done | (tl.abs(t / s) < 1.11022302462515654042E-16)
     k = k + 1.0
     a = a * (x + k)
     b = b / w
@@ -152,7 +154,7 @@ def zeta(x, q):
         a = tl.where(running, a + 1.0, a)
         b = tl.where(running, _pow_f64(a, -x), b)
         s = tl.where(running, s + b, s)
-        converged = running & (-ZETA_MACHEP * s < b) & (b < ZETA_MACHEP * s)
+        converged = running & (-1.11022302462515654042E-16 * s < b) & (b < 1.11022302462515654042E-16 * s)
         done = done | converged
         i += 1
         running = (~done) & ((a <= 9.0) | (i < 9))
@@ -213,3 +215,107 @@ def airy_ai_series(x):
         g = tl.where(active, g_next, g)
         active = active & (tl.abs(m / f) > eps)
     return 0.355028053887817239260 * f - 0.258819403792806798405 * g
+
+
+# ---- The incomplete gamma functions' loops ---------------------------------------------------
+# ATen's Math.h loops (tritonfuse/special_igamma.py says which lane takes which), each until its
+# terms vanish against its sum (the dtype's MACHEP) or 2000 steps, in the operands' dtype
+# (2000 written out: compiled Triton reads no global that is not a constexpr).
+
+
+@triton.jit
+def _igamma_start(a, x):
+    """Both operands as blocks and the dtype's MACHEP. special_igamma.py passes blocks of one
+    dtype (a where with the operand); a float literal would come out float32 here."""
+    a = tl.where(x != x, a, a)
+    x = tl.where(a != a, x, x)
+    if x.dtype == tl.float64:
+        machep = 1.11022302462515654042E-16
+    else:
+        machep = 5.9604644775390625E-8
+    return a, x, machep
+
+
+@triton.jit
+def igamma_series(a, x):
+    """P's power series (DLMF 8.11.4): r += 1, c *= x / r, ans += c; returns ans."""
+    a, x, machep = _igamma_start(a, x)
+    r = a
+    c = tl.full(a.shape, 1.0, a.dtype)
+    ans = tl.full(a.shape, 1.0, a.dtype)
+    active = ans == ans
+    i = 0
+    while _any(active):
+        r_next = r + 1.0
+        c_next = c * (x / r_next)
+        ans_next = ans + c_next
+        r = tl.where(active, r_next, r)
+        c = tl.where(active, c_next, c)
+        ans = tl.where(active, ans_next, ans)
+        i += 1
+        active = active & (c_next > machep * ans_next) & (i < 2000)
+    return ans
+
+
+@triton.jit
+def igammac_series(a, x):
+    """Q's series for small x (DLMF 8.7.3): fac *= -x / n, sum += fac / (a + n); returns sum."""
+    a, x, machep = _igamma_start(a, x)
+    fac = tl.full(a.shape, 1.0, a.dtype)
+    total = tl.zeros(a.shape, a.dtype)
+    active = fac == fac
+    n = 1
+    while _any(active):
+        fac_next = fac * (-x / n)
+        term = fac_next / (a + n)
+        total_next = total + term
+        fac = tl.where(active, fac_next, fac)
+        total = tl.where(active, total_next, total)
+        n += 1
+        active = active & (tl.abs(term) > machep * tl.abs(total_next)) & (n < 2000)
+    return total
+
+
+@triton.jit
+def igammac_fraction(a, x):
+    """Q's continued fraction (DLMF 8.9.2) as Math.h's recurrence of p_k / q_k, rescaled when
+    p_k grows past BIG; returns the last ratio."""
+    a, x, machep = _igamma_start(a, x)
+    if x.dtype == tl.float64:
+        big = 4.503599627370496e15
+        big_inverse = 2.22044604925031308085e-16
+    else:
+        big = 16777216.0
+        big_inverse = 5.9604644775390625E-8
+    y = 1.0 - a
+    z = x + y + 1.0
+    c = tl.zeros(a.shape, a.dtype)
+    pkm2 = tl.full(a.shape, 1.0, a.dtype)
+    qkm2 = x
+    pkm1 = x + 1.0
+    qkm1 = z * x
+    ans = pkm1 / qkm1
+    active = c == c
+    i = 0
+    while _any(active):
+        c_next = c + 1.0
+        y_next = y + 1.0
+        z_next = z + 2.0
+        yc = y_next * c_next
+        pk = pkm1 * z_next - pkm2 * yc
+        qk = qkm1 * z_next - qkm2 * yc
+        nonzero = qk != 0.0
+        r = pk / tl.where(nonzero, qk, 1.0)
+        t = tl.where(nonzero, tl.abs((ans - r) / r), 1.0)
+        rescale = tl.abs(pk) > big
+        ans = tl.where(active & nonzero, r, ans)
+        c = tl.where(active, c_next, c)
+        y = tl.where(active, y_next, y)
+        z = tl.where(active, z_next, z)
+        pkm2 = tl.where(active, tl.where(rescale, pkm1 * big_inverse, pkm1), pkm2)
+        qkm2 = tl.where(active, tl.where(rescale, qkm1 * big_inverse, qkm1), qkm2)
+        pkm1 = tl.where(active, tl.where(rescale, pk * big_inverse, pk), pkm1)
+        qkm1 = tl.where(active, tl.where(rescale, qk * big_inverse, qk), qkm1)
+        i += 1
+        active = active & (t > machep) & (i < 2000)
+    return ans

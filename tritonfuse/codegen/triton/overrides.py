@@ -86,6 +86,8 @@ TRITON_OPS.update({
 TRITON_OPS.update({name: f"tf_helpers.{name}({{0}}, {{1}}, {{2}})" for name in SPECIAL_LOOPS})
 TRITON_OPS["zeta"] = "tf_helpers.zeta({0}, {1})"
 TRITON_OPS["airy_ai_series"] = "tf_helpers.airy_ai_series({0})"
+TRITON_OPS.update({name: f"tf_helpers.{name}({{0}}, {{1}})"
+                   for name in ("igamma_series", "igammac_series", "igammac_fraction")})
 # ---- end of the math block
 
 # Triton's interpreter has no libdevice: these ops use the pure-tl versions in tf_helpers.
