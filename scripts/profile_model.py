@@ -55,6 +55,8 @@ def device_profile(name, backend, steps, top=22):
     print(f"== {name} {backend} partitioner={tritonfuse.config.partitioner}: first 3 steps "
           f"{time.time() - start:.1f} s, eager graphs {metrics.eager_graphs}, "
           f"peak MB {torch.cuda.max_memory_allocated() / 2**20:.0f}")
+    print("compile seconds by phase (graphs made in this process):",
+          {phase: round(sec, 2) for phase, sec in metrics.compile_seconds.items()})
     for graph, why in metrics.eager_graph_reasons.items():
         print("EAGER", graph, why)
     from torch.profiler import profile, ProfilerActivity

@@ -407,3 +407,15 @@ def test_a_fork_while_pool_threads_hold_locks_leaves_the_child_working(fresh_poo
         os.waitpid(pid, 0)
         pytest.fail("the forked child hung on a lock held at the fork")
     assert os.waitstatus_to_exitcode(finished[1]) == 0
+
+
+def test_compile_seconds_by_phase(device, monkeypatch):
+    """metrics.compile_seconds splits a compile into its phases (what a first call's
+    seconds went to), and Triton launchers' first runs (binaries, tuning) are counted."""
+    monkeypatch.setattr(tf_config, "graph_cache", False)
+    check(lambda x: torch.softmax(x * 1.7, -1) + 1, torch.randn(8, 33, device=device))
+    phases = metrics.compile_seconds
+    assert {"lower", "schedule", "codegen", "load"} <= set(phases), phases
+    assert all(seconds >= 0 for seconds in phases.values())
+    uses_triton = device == "cuda" or tf_config.cpu_backend == "triton"
+    assert ("first_run" in phases) == uses_triton, phases

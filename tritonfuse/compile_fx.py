@@ -154,9 +154,13 @@ def _compile_graph(gm, example_inputs, graph_id, sizevars, options, read_cache=T
 
     started = time.perf_counter()
     cache_store.sweep_once(config.cache_dir)   # the cold path: litter of killed processes
+    phase_start = time.perf_counter()
     graph = lower(gm, example_inputs, graph_id, options)
+    phase_start = _phase_done("lower", phase_start)
     scheduler = schedule(graph)
+    phase_start = _phase_done("schedule", phase_start)
     source, kernel_sources, kernel_names = codegen(graph, scheduler)
+    phase_start = _phase_done("codegen", phase_start)
     symbolic = bool(graph.symbol_sources) and not sizevars.specialize
     meta = {"kernels": kernel_names, "fallbacks": {k: v for k, v in metrics.fallbacks.items()},
             "symbolic": symbolic, "assumptions": [str(a) for a in sizevars.assumptions]}
@@ -165,12 +169,20 @@ def _compile_graph(gm, example_inputs, graph_id, sizevars, options, read_cache=T
     else:
         path = f"<tritonfuse {graph_id} {key[:16]}>"
     module = code_cache.load_module(source, path, {"CONSTANTS": graph.constants} if graph.constants else None)
+    _phase_done("load", phase_start)
     _record_sources([source] + kernel_sources)
     _debug_dump(graph_id, source, kernel_sources, kernel_names)
     metrics.symbolic_graphs += symbolic
     log.debug("tritonfuse: compiled %s in %.2fs (%d kernels)", graph_id, time.perf_counter() - started,
               len(kernel_names))
     return CompiledGraph(module, path, gm.forward)
+
+
+def _phase_done(phase: str, start: float) -> float:
+    """Record the seconds since ``start`` as compile phase ``phase``; the time now."""
+    now = time.perf_counter()
+    metrics.add_seconds(phase, now - start)
+    return now
 
 
 def _option_knobs(options, example_inputs) -> list:

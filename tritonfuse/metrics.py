@@ -60,6 +60,9 @@ cudagraph_replays = 0
 cudagraph_input_copies = 0
 cudagraph_uncaptured_calls = 0
 cudagraph_skips: dict = {}
+# Seconds of the compile by phase (add_seconds): lower, schedule, codegen, load (the
+# wrapper module), and first_run (launchers' first runs: waiting for binaries, tuning).
+compile_seconds: dict = {}
 
 
 def reset() -> None:
@@ -69,6 +72,7 @@ def reset() -> None:
     global cudagraph_captures, cudagraph_replays, cudagraph_input_copies, cudagraph_uncaptured_calls
     cudagraph_captures = cudagraph_replays = cudagraph_input_copies = cudagraph_uncaptured_calls = 0
     cudagraph_skips.clear()
+    compile_seconds.clear()
     eager_graph_reasons.clear()
     generated_kernel_count = 0
     symbolic_graphs = 0
@@ -95,6 +99,12 @@ def add(counter: str, amount: int = 1) -> None:
     """Increment the counter named ``counter`` (safe from many threads at once)."""
     with _lock:
         globals()[counter] += amount
+
+
+def add_seconds(phase: str, seconds: float) -> None:
+    """Add ``seconds`` to the compile phase ``phase`` (compile_seconds)."""
+    with _lock:
+        compile_seconds[phase] = compile_seconds.get(phase, 0.0) + seconds
 
 
 def record_eager_graph(graph: str, reason) -> None:

@@ -22,11 +22,12 @@ import logging
 import os
 import sys
 import threading
+import time
 from typing import Any, Callable, Sequence
 
 import triton
 
-from .. import cache_store
+from .. import cache_store, metrics
 from .. import config as tf_config
 from . import async_compile, autotuner
 from .direct_launch import make_direct_launch
@@ -377,6 +378,13 @@ class TritonLauncher:
         self._fn = _to_interpreted(fn) if self._interpreted else fn
 
     def _first_run(self, args: Sequence[Any]) -> None:
+        started = time.perf_counter()
+        try:
+            self._first_launch(args)
+        finally:
+            metrics.add_seconds("first_run", time.perf_counter() - started)
+
+    def _first_launch(self, args: Sequence[Any]) -> None:
         self._load()
         self._candidates = self.candidates
         if not self._candidates:
