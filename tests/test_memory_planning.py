@@ -271,3 +271,49 @@ def test_mlp_peak_memory_is_at_most_eager(device):
     actual, compiled_peak = peak_memory(compiled, x)
     assert_same(actual, expected, atol=1e-3, rtol=1e-3)
     assert compiled_peak <= eager_peak, (compiled_peak, eager_peak)
+
+
+def test_inputs_are_freed_after_their_last_use(device):
+    """A graph input is released (its name deleted) after the kernel that reads it last,
+    not at the end of the graph: the backward's inputs are the saved activations."""
+    w = rand(16, 16, device=device)
+
+    def fn(a, b):
+        x = (a.sin() @ w).cos()       # the last read of a
+        return (x @ w) * b
+
+    wrapper = _wrapper(check(fn, rand(16, 16, device=device), rand(16, 16, device=device)))
+    first_mm = wrapper.index("torch.ops.aten.mm")
+    assert re.search(r"^\s*del (\w+, )*arg0\b", wrapper[:wrapper.index("torch.ops.aten.mm", first_mm + 1)], re.M), \
+        wrapper
+
+
+def test_training_backward_releases_saved_activations(device):
+    """A deep MLP's backward frees each saved activation once its layer's gradient is
+    computed: the step's peak stays well under all activations plus all gradients (it
+    held every saved input to the end of the backward graph before)."""
+    if device != "cpu":
+        pytest.skip("measured on CPU tensors with the profiler's memory events (the Triton interpreter "
+                    "copies every kernel argument)")
+    from tritonfuse.testing import peak_cpu_memory
+    torch.manual_seed(0)
+    width, depth, rows = 256, 8, 512
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(width, width, bias=False), torch.nn.Tanh())
+                                  for _ in range(depth)]).to(device)
+    x = rand(rows, width, device=device)
+    compiled = torch.compile(model, backend="tritonfuse")
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        compiled(x).sum().backward()
+    step()
+    grads = [p.grad.clone() for p in model.parameters()]
+    _, peak = peak_cpu_memory(step)
+    for param, grad in zip(model.parameters(), grads):
+        assert_same(param.grad, grad)
+    activation = rows * width * 4
+    weight_grads = depth * width * width * 4
+    # the forward saves about one activation per layer; freed as the backward walks down,
+    # they and the gradients never all live at once (5.0 MB measured; 10.3 MB when the
+    # backward held its inputs to its end)
+    assert peak <= depth * activation + weight_grads, (peak, depth * activation + weight_grads)

@@ -16,6 +16,12 @@ For each buffer a kernel writes (in execution order), the first that applies:
             when the layouts differ).
   allocate  ``empty_strided``.
 
+Graph inputs are freed (their names deleted) after their last use like any buffer, and
+before the first kernel when nothing reads them: the backward graph's inputs are the
+activations the forward saved, and aot_autograd hands them over (the caller keeps no
+reference), so each is released as soon as the backward is done with it rather than at
+the end of the graph. Their memory is never taken over (a caller may hold them: weights).
+
 Never taken over, because their memory outlives their name or is not the graph's to
 reuse: graph inputs and constants, graph outputs (and the buffers outputs are views of),
 a scatter's target (the ``MutationBuffer`` result is bound to its memory and keeps it),
@@ -40,6 +46,7 @@ REUSE = "reuse"
 class MemoryPlan:
     takes: Dict[str, Tuple[str, str]] = field(default_factory=dict)  # buffer -> (IN_PLACE | REUSE, dead buffer)
     frees: List[List[str]] = field(default_factory=list)   # per group: buffers to free after it
+    unused_inputs: List[str] = field(default_factory=list)  # graph inputs nothing reads: freed first
 
     def in_place_outputs(self, names) -> Dict[str, str]:
         """{output: the input it is written over} for the outputs ``names`` of one kernel."""
@@ -53,15 +60,17 @@ class MemoryPlan:
 def plan_memory(graph, scheduler) -> MemoryPlan:
     groups = scheduler.groups
     last_use = scheduler.last_uses()
-    keep = scheduler.output_names | set(graph.graph_inputs) | set(graph.constants)
+    inputs = set(graph.graph_inputs)
+    keep = scheduler.output_names | inputs | set(graph.constants)
     shared, bound = _shared_memory(scheduler)
     pinned = keep | shared
     dead_after = [[] for _ in groups]
     for name, last in sorted(last_use.items()):
-        if name not in keep:
+        if name not in keep or (name in inputs and name not in scheduler.output_names):
             dead_after[last].append(name)
 
     plan = MemoryPlan()
+    plan.unused_inputs = sorted(inputs - set(last_use) - scheduler.output_names)
     allocated = set()   # buffers the wrapper allocates or a fallback returns
     pool = []           # dead buffers free to take over, most recently freed last
     for i, group in enumerate(groups):
