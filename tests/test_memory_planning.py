@@ -292,7 +292,8 @@ def test_training_backward_releases_saved_activations(device):
     """A deep MLP's backward frees each saved activation once its layer's gradient is
     computed: the step's peak stays well under all activations plus all gradients (it
     held every saved input to the end of the backward graph before)."""
-    if device != "cpu":
+    from tritonfuse import config
+    if device != "cpu" or config.cpu_backend != "cpp":
         pytest.skip("measured on CPU tensors with the profiler's memory events (the Triton interpreter "
                     "copies every kernel argument)")
     from tritonfuse.testing import peak_cpu_memory
@@ -317,3 +318,49 @@ def test_training_backward_releases_saved_activations(device):
     # they and the gradients never all live at once (5.0 MB measured; 10.3 MB when the
     # backward held its inputs to its end)
     assert peak <= depth * activation + weight_grads, (peak, depth * activation + weight_grads)
+
+
+def _backward_wrapper(sources):
+    return next(s for s in sources if s.startswith("# tritonfuse generated code for backward"))
+
+
+def test_backward_writes_over_a_donated_saved_tensor(device):
+    """The backward's gradient of ``sin(x @ w)`` is written in place over the saved mm
+    output, which aot_autograd donates (bw_donated_idxs): no allocation for it."""
+    w = rand(32, 32, device=device).requires_grad_()
+    x = rand(16, 32, device=device).requires_grad_()
+
+    def fn(x, w):
+        return (x @ w).sin().sum()
+
+    expected = torch.autograd.grad(fn(x, w), (x, w))
+    compiled = torch.compile(fn, backend="tritonfuse")
+    loss, sources = run_and_get_code(lambda: torch.autograd.grad(compiled(x, w), (x, w)))
+    for got, want in zip(loss, expected):
+        assert_same(got, want)
+    backward = _backward_wrapper(sources)
+    assert re.search(r"^\s*buf\d+ = arg\d+; del arg\d+  # in place$", backward, re.M), backward
+    assert "OVERWRITTEN_INPUTS = " in backward
+    again = torch.autograd.grad(compiled(x, w), (x, w))   # the donated memory is the step's own
+    for got, want in zip(again, expected):
+        assert_same(got, want)
+
+
+def test_retained_graph_donates_nothing(device):
+    """A first backward with retain_graph=True compiles a backward that keeps its inputs
+    (aot_autograd donates nothing then): a second backward sees them intact."""
+    w = rand(32, 32, device=device).requires_grad_()
+    x = rand(16, 32, device=device)
+
+    def fn(x):
+        return (x @ w).sin().sum()
+
+    fn(x).backward()
+    expected = w.grad.clone() * 2
+    w.grad = None
+    compiled = torch.compile(fn, backend="tritonfuse")
+    loss, sources = run_and_get_code(lambda: compiled(x))
+    backward_sources = run_and_get_code(lambda: loss.backward(retain_graph=True))[1]
+    loss.backward()
+    assert_same(w.grad, expected)
+    assert "OVERWRITTEN_INPUTS" not in _backward_wrapper(backward_sources)

@@ -226,6 +226,8 @@ class WrapperCodeGen:
         code.writeline("")
         code.splice(self.kernel_defs)
         code.writeline("")
+        if self.memory_plan.overwritten_inputs:   # donated inputs written over (memory_planning.py)
+            code.writeline(f"OVERWRITTEN_INPUTS = {self.memory_plan.overwritten_inputs!r}")
         code.writeline("def call(args):")
         with code.indent():
             names = list(graph.input_order)
