@@ -364,3 +364,17 @@ def test_retained_graph_donates_nothing(device):
     loss.backward()
     assert_same(w.grad, expected)
     assert "OVERWRITTEN_INPUTS" not in _backward_wrapper(backward_sources)
+
+
+def test_in_place_over_a_buffer_of_another_shape(device):
+    """A pointwise kernel writes its [4, 4, 32] result over the [16, 32] mm output it
+    reads element for element: the same memory, read where it is written."""
+    w = rand(32, 32, device=device) / 4
+
+    def fn(x):
+        a = (x @ w).view(4, 4, 32).sin() * 2
+        return torch.bmm(a, a.transpose(1, 2))
+
+    wrapper = _wrapper(check(fn, rand(16, 32, device=device)))
+    assert re.search(r"^\s*buf\d+ = reinterpret_tensor\(buf\d+, .*# in place$", wrapper, re.M), wrapper
+    assert allocation_count(wrapper) == 0, wrapper

@@ -7,8 +7,9 @@ The wrapper only prints the decisions; a kernel that writes an output in place g
 For each buffer a kernel writes (in execution order), the first that applies:
 
   in place  The kernel reads a buffer A for the last time and A can hold the output B:
-            same device, dtype and memory span; of the nodes left to run, B's (pointwise) node
-            is the only one that reads A, and it reads A only at the element it writes.
+            same device, dtype and memory span (and layout, for a graph output); of the
+            nodes left to run, B's (pointwise) node is the only one that reads A, and it
+            reads A only at the element it writes.
             ``buf3 = buf1; del buf1  # in place``
   reuse     A buffer that died before this kernel has the same device, dtype and storage
             size (sizes provably equal when they are symbolic): the most recently freed
@@ -27,10 +28,10 @@ gradient of the logits over the saved logits). ``OVERWRITTEN_INPUTS`` in the gen
 module lists them (the first call keeps copies for its eager retry, compile_fx.py).
 
 Never taken over, because their memory outlives their name or is not the graph's to
-reuse: graph inputs (but donated ones) and constants, graph outputs (and the buffers outputs are views of),
-a scatter's target (the ``MutationBuffer`` result is bound to its memory and keeps it),
-and every tensor argument and output of a fallback whose op may alias or mutate its
-arguments (its schema says so, or it has no schema).
+reuse: graph inputs (but donated ones) and constants, graph outputs (and the buffers
+outputs are views of), a scatter's target (the ``MutationBuffer`` result is bound to its
+memory and keeps it), and every tensor argument and output of a fallback whose op may
+alias or mutate its arguments (its schema says so, or it has no schema).
 """
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
@@ -133,7 +134,9 @@ def _in_place_source(scheduler, graph, group, buffer, dying, allocated, pinned, 
     for name in sorted(node.read_names):
         if name not in dying or name not in allocated or name in pinned or name in taken_here:
             continue
-        if readers.get(name) != [node] or not _same_span(graph.name_to_buffer[name].layout, buffer.layout):
+        # a graph output is never a reinterpreted tensor (as in ``_reusable``)
+        fits = _same_layout if buffer.name in scheduler.output_names else _same_span
+        if readers.get(name) != [node] or not fits(graph.name_to_buffer[name].layout, buffer.layout):
             continue
         deps = [dep for dep in reads if dep.name == name]
         if deps and all(not dep.indirect and dep.index == write.index for dep in deps):
