@@ -62,13 +62,20 @@ def tensor_bytes(value) -> int:
 
 def saved_inputs(gm: torch.fx.GraphModule) -> list[SavedTensor]:
     """The inputs of a backward graph that the forward saved (every placeholder but the
-    tangents), with their sizes."""
-    saved = []
+    tangents), with their sizes (0 bytes for a view of another one)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+    saved, owner = [], {}
     for node in gm.graph.nodes:
         if node.op != "placeholder" or node.name.startswith("tangents"):
             continue
         value = node.meta.get("val")
         if isinstance(value, torch.Tensor):
+            storage = StorageWeakRef(value.untyped_storage())
+            if storage in owner:   # a view of another saved tensor: no bytes of its own
+                saved.append(SavedTensor(f"{node.name} (view of {owner[storage]})", tuple(value.shape),
+                                         value.dtype, 0))
+                continue
+            owner[storage] = node.name
             saved.append(SavedTensor(node.name, tuple(value.shape), value.dtype, tensor_bytes(value)))
     return saved
 
