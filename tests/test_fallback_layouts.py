@@ -44,7 +44,8 @@ def test_sdpa_on_a_value_held_in_another_layout(device):
         return o.transpose(1, 2).reshape(2, 64, -1), many
     x = rand(2, 64, 4, 32, device=device)
     k, v = rand(2, 4, 64, 32, device=device), rand(2, 4, 64, 32, device=device)
-    check(fn, x, k, v, atol=1e-4, rtol=1e-4)
+    # atol: q.sum() adds 16384 values of up to 4.5 in an order of the kernel's choosing
+    check(fn, x, k, v, atol=1e-3, rtol=1e-4)
 
 
 def test_expanded_output_keeps_eager_strides(device):

@@ -271,3 +271,110 @@ def test_mlp_peak_memory_is_at_most_eager(device):
     actual, compiled_peak = peak_memory(compiled, x)
     assert_same(actual, expected, atol=1e-3, rtol=1e-3)
     assert compiled_peak <= eager_peak, (compiled_peak, eager_peak)
+
+
+def test_inputs_are_freed_after_their_last_use(device):
+    """A graph input is released (its name deleted) after the kernel that reads it last,
+    not at the end of the graph: the backward's inputs are the saved activations."""
+    w = rand(16, 16, device=device)
+
+    def fn(a, b):
+        x = (a.sin() @ w).cos()       # the last read of a
+        return (x @ w) * b
+
+    wrapper = _wrapper(check(fn, rand(16, 16, device=device), rand(16, 16, device=device)))
+    first_mm = wrapper.index("torch.ops.aten.mm")
+    assert re.search(r"^\s*del (\w+, )*arg0\b", wrapper[:wrapper.index("torch.ops.aten.mm", first_mm + 1)], re.M), \
+        wrapper
+
+
+def test_training_backward_releases_saved_activations(device):
+    """A deep MLP's backward frees each saved activation once its layer's gradient is
+    computed: the step's peak stays well under all activations plus all gradients (it
+    held every saved input to the end of the backward graph before)."""
+    from tritonfuse import config
+    if device != "cpu" or config.cpu_backend != "cpp":
+        pytest.skip("measured on CPU tensors with the profiler's memory events (the Triton interpreter "
+                    "copies every kernel argument)")
+    from tritonfuse.testing import peak_cpu_memory
+    torch.manual_seed(0)
+    width, depth, rows = 256, 8, 512
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(width, width, bias=False), torch.nn.Tanh())
+                                  for _ in range(depth)]).to(device)
+    x = rand(rows, width, device=device)
+    compiled = torch.compile(model, backend="tritonfuse")
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        compiled(x).sum().backward()
+    step()
+    grads = [p.grad.clone() for p in model.parameters()]
+    _, peak = peak_cpu_memory(step)
+    for param, grad in zip(model.parameters(), grads):
+        assert_same(param.grad, grad)
+    activation = rows * width * 4
+    weight_grads = depth * width * width * 4
+    # the forward saves about one activation per layer; freed as the backward walks down,
+    # they and the gradients never all live at once (5.0 MB measured; 10.3 MB when the
+    # backward held its inputs to its end)
+    assert peak <= depth * activation + weight_grads, (peak, depth * activation + weight_grads)
+
+
+def _backward_wrapper(sources):
+    return next(s for s in sources if s.startswith("# tritonfuse generated code for backward"))
+
+
+def test_backward_writes_over_a_donated_saved_tensor(device):
+    """The backward's gradient of ``sin(x @ w)`` is written in place over the saved mm
+    output, which aot_autograd donates (bw_donated_idxs): no allocation for it."""
+    w = rand(32, 32, device=device).requires_grad_()
+    x = rand(16, 32, device=device).requires_grad_()
+
+    def fn(x, w):
+        return (x @ w).sin().sum()
+
+    expected = torch.autograd.grad(fn(x, w), (x, w))
+    compiled = torch.compile(fn, backend="tritonfuse")
+    loss, sources = run_and_get_code(lambda: torch.autograd.grad(compiled(x, w), (x, w)))
+    for got, want in zip(loss, expected):
+        assert_same(got, want)
+    backward = _backward_wrapper(sources)
+    assert re.search(r"^\s*buf\d+ = arg\d+; del arg\d+  # in place$", backward, re.M), backward
+    assert "OVERWRITTEN_INPUTS = " in backward
+    again = torch.autograd.grad(compiled(x, w), (x, w))   # the donated memory is the step's own
+    for got, want in zip(again, expected):
+        assert_same(got, want)
+
+
+def test_retained_graph_donates_nothing(device):
+    """A first backward with retain_graph=True compiles a backward that keeps its inputs
+    (aot_autograd donates nothing then): a second backward sees them intact."""
+    w = rand(32, 32, device=device).requires_grad_()
+    x = rand(16, 32, device=device)
+
+    def fn(x):
+        return (x @ w).sin().sum()
+
+    fn(x).backward()
+    expected = w.grad.clone() * 2
+    w.grad = None
+    compiled = torch.compile(fn, backend="tritonfuse")
+    loss, sources = run_and_get_code(lambda: compiled(x))
+    backward_sources = run_and_get_code(lambda: loss.backward(retain_graph=True))[1]
+    loss.backward()
+    assert_same(w.grad, expected)
+    assert "OVERWRITTEN_INPUTS" not in _backward_wrapper(backward_sources)
+
+
+def test_in_place_over_a_buffer_of_another_shape(device):
+    """A pointwise kernel writes its [4, 4, 32] result over the [16, 32] mm output it
+    reads element for element: the same memory, read where it is written."""
+    w = rand(32, 32, device=device) / 4
+
+    def fn(x):
+        a = (x @ w).view(4, 4, 32).sin() * 2
+        return torch.bmm(a, a.transpose(1, 2))
+
+    wrapper = _wrapper(check(fn, rand(16, 32, device=device)))
+    assert re.search(r"^\s*buf\d+ = reinterpret_tensor\(buf\d+, .*# in place$", wrapper, re.M), wrapper
+    assert allocation_count(wrapper) == 0, wrapper

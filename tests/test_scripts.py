@@ -457,3 +457,36 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return "Z"
+
+
+# ----------------------------------------------------------------------------------------
+# scripts/memory_report.py
+# ----------------------------------------------------------------------------------------
+
+
+def test_memory_report_allocation_timeline_on_a_hand_computed_case():
+    """4 MiB tensors: y and z live together (8 MiB), then y dies and w joins z (8 MiB)."""
+    from torch.autograd.profiler import profile
+    from scripts.memory_report import allocation_timeline
+    x = torch.randn(1024, 1024)
+
+    def f():
+        y = x * 2
+        z = y + 1
+        del y
+        return z * z
+    with profile(profile_memory=True, use_kineto=True) as prof:
+        out = f()
+    peak, end, graphs = allocation_timeline(prof, torch.autograd.DeviceType.CPU)
+    assert 8 * 2 ** 20 <= peak < 8 * 2 ** 20 + 4096 and end >= out.nbytes and graphs == []
+
+
+def test_memory_report_nn_lm_training_step():
+    from scripts import memory_report
+    rows = memory_report.main(["nn-lm", "--backends", "eager,tritonfuse", "--device", "cpu", "--dtype", "f32"])
+    eager, compiled = rows
+    assert eager["saved_bytes"] == 0 and eager["peak"] > 0
+    assert compiled["graphs"] == ["forward", "backward"]
+    assert compiled["saved_bytes"] > 0
+    assert [g.name for g in compiled["graph_peaks"]] == ["graph", "graphBackward"]
+    assert 0 < compiled["peak"] <= eager["peak"]

@@ -23,7 +23,9 @@ Never crash the user's model: if tritonfuse or aot_autograd fails on a graph (an
 cannot decompose or trace, a data-dependent value from ``.item()``, a bug), it logs why
 once for that graph and runs the graph eagerly (aten), which is always correct.
 """
+import collections
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
@@ -97,6 +99,8 @@ def _compiler(kind, options: CompileOptions, cudagraphs=None):
 def _compile_or_fall_back(kind, graph_id, gm, example_inputs, options):
     """The compiled graph; if compiling fails, the per-shape or the eager fallback."""
     from .compile_fx import _is_symbolic, compile_graph
+    if kind == "backward" and not options.cudagraphs:
+        options = dataclasses.replace(options, donated_inputs=_donated_inputs(example_inputs))
     try:
         with compiling():
             return compile_graph(gm, example_inputs, graph_id, allow_guards=kind != "backward", options=options)
@@ -108,6 +112,21 @@ def _compile_or_fall_back(kind, graph_id, gm, example_inputs, options):
         _runs_eagerly(graph_id, error)
         from torch._functorch.aot_autograd import make_boxed_func
         return make_boxed_func(gm.forward)
+
+
+def _donated_inputs(example_inputs) -> tuple:
+    """The backward graph's inputs that aot_autograd donates (``bw_donated_idxs``, the saved
+    tensors that alias no forward input or output; aot_autograd refuses a later backward
+    with ``retain_graph``), less any whose storage another input shares (two saved views
+    of one buffer: writing over one would change the other)."""
+    from torch._guards import TracingContext
+    from torch.multiprocessing.reductions import StorageWeakRef
+    context = TracingContext.try_get()
+    donated = getattr(getattr(context, "fw_metadata", None), "bw_donated_idxs", None) or ()
+    storage = {i: StorageWeakRef(value.untyped_storage()) for i, value in enumerate(example_inputs)
+               if isinstance(value, torch.Tensor) and value.layout == torch.strided}
+    counts = collections.Counter(storage.values())
+    return tuple(sorted(i for i in donated if i in storage and counts[storage[i]] == 1))
 
 
 def tritonfuse_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, options=None, **kwargs):

@@ -18,6 +18,11 @@ aten call at compile time and keeps the faster; pointwise consumers of a templat
 output fuse into its store. ``cudagraphs``: compiled graphs are replayed from CUDA graphs
 (runtime/cudagraphs.py). The forward and the backward graph of one call share its options
 (the backward compiles later, lazily).
+
+``donated_inputs`` is no torch.compile option: the backward graph's inputs that aot_autograd
+donates (saved activations that alias no forward input or output and that it releases
+before calling the backward, as it does for Inductor), which memory planning may write
+over (codegen/memory_planning.py).
 """
 import logging
 from dataclasses import dataclass
@@ -42,6 +47,7 @@ _warned = set()
 class CompileOptions:
     max_autotune: bool = False
     cudagraphs: bool = False
+    donated_inputs: tuple = ()   # backward graphs: indices of the inputs aot_autograd donates
 
     @staticmethod
     def from_torch_compile(mode=None, options=None) -> "CompileOptions":

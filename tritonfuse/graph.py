@@ -235,12 +235,10 @@ class GraphLowering(torch.fx.Interpreter):
         """The layout eager gives the value ``box`` holds (from the FX node that made it),
         when it is dense; else None (contiguous)."""
         for node, value in self.lowered.items():
-            meta = node.meta.get("val")
-            if storage_of(value) is box and isinstance(meta, torch.Tensor) \
-                    and _is_dense(sym.sizes_of(meta.shape), sym.sizes_of(meta.stride())) \
-                    and sym.same_sizes(box.get_size(), sym.sizes_of(meta.shape)):
-                return Layout(box.get_device(), box.get_dtype(), sym.sizes_of(meta.shape),
-                              sym.sizes_of(meta.stride()))
+            if storage_of(value) is box:
+                layout = _dense_layout_of_meta(box, node.meta.get("val"))
+                if layout is not None:
+                    return layout
         return None
 
     # ---- realization rules ----------------------------------------------------------
@@ -252,10 +250,13 @@ class GraphLowering(torch.fx.Interpreter):
         if box is None or box.is_realized() or not isinstance(box.data, Pointwise):
             return
         loads, expensive = count_ops(box.data)
+        # in eager's layout: a fallback reading it later (SDPA, whose output follows its
+        # query's layout) then gets what eager passes, and its outputs eager's strides
+        layout = _dense_layout_of_meta(box, self.current_node.meta.get("val")) if value.data is box else None
         if users > realize_reads_threshold or loads > realize_loads_threshold:
-            box.realize()
+            box.realize(layout)
         elif expensive and prefers_materialized_reuse(box.data.get_device().type):
-            box.realize()
+            box.realize(layout)
 
     def _realize_output(self, value, meta):
         """A graph output in eager's layout (exactly its strides, expanded dims too: the
@@ -427,6 +428,16 @@ def _fake_outputs(target, ir_args, ir_kwargs, node):
     except Exception as error:  # e.g. a data-dependent output size
         log.debug("tritonfuse: cannot run %s on fake tensors (%s); its inputs get eager's layout", target, error)
         return None
+
+
+def _dense_layout_of_meta(box, meta):
+    """The layout of the FX value ``meta`` for ``box`` when it is dense and of its size."""
+    if not isinstance(meta, torch.Tensor):
+        return None
+    size, stride = sym.sizes_of(meta.shape), sym.sizes_of(meta.stride())
+    if not _is_dense(size, stride) or not sym.same_sizes(box.get_size(), size):
+        return None
+    return Layout(box.get_device(), box.get_dtype(), size, stride)
 
 
 def _view_base(value):

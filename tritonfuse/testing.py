@@ -20,3 +20,28 @@ def peak_memory(fn, *args, **kwargs):
     result = fn(*args, **kwargs)
     torch.cuda.synchronize()
     return result, torch.cuda.max_memory_allocated() - before
+
+
+def allocation_levels(prof, device_type=None):
+    """``[(time_ns, bytes)]``: the bytes allocated since a profile began (``torch.autograd.
+    profiler.profile(profile_memory=True)``), after each of its memory events on
+    ``device_type`` (CPU by default), in time order."""
+    import torch
+    device_type = torch.autograd.DeviceType.CPU if device_type is None else device_type
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.kineto_results.events()
+                    if e.name() == "[memory]" and e.device_type() == device_type)
+    levels, current = [], 0
+    for time, nbytes in events:
+        current += nbytes
+        levels.append((time, current))
+    return levels
+
+
+def peak_cpu_memory(fn, *args, **kwargs):
+    """``(result, bytes)``: ``fn(*args, **kwargs)`` and the most CPU memory it held at once
+    beyond what was allocated when it started (from the profiler's memory events: every
+    allocation of the CPU allocator, whoever makes it)."""
+    from torch.autograd.profiler import profile
+    with profile(profile_memory=True, use_kineto=True) as prof:
+        result = fn(*args, **kwargs)
+    return result, max([0] + [level for _, level in allocation_levels(prof)])

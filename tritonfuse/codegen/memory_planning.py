@@ -7,8 +7,9 @@ The wrapper only prints the decisions; a kernel that writes an output in place g
 For each buffer a kernel writes (in execution order), the first that applies:
 
   in place  The kernel reads a buffer A for the last time and A can hold the output B:
-            same device, dtype and layout; of the nodes left to run, B's (pointwise) node
-            is the only one that reads A, and it reads A only at the element it writes.
+            same device, dtype and memory span (and layout, for a graph output); of the
+            nodes left to run, B's (pointwise) node is the only one that reads A, and it
+            reads A only at the element it writes.
             ``buf3 = buf1; del buf1  # in place``
   reuse     A buffer that died before this kernel has the same device, dtype and storage
             size (sizes provably equal when they are symbolic): the most recently freed
@@ -16,11 +17,21 @@ For each buffer a kernel writes (in execution order), the first that applies:
             when the layouts differ).
   allocate  ``empty_strided``.
 
+Graph inputs are freed (their names deleted) after their last use like any buffer, and
+before the first kernel when nothing reads them: the backward graph's inputs are the
+activations the forward saved, and aot_autograd hands them over (the caller keeps no
+reference), so each is released as soon as the backward is done with it rather than at
+the end of the graph. Their memory is never taken over (a caller may hold them: weights),
+but for the backward's donated inputs (compile_options.py): aot_autograd holds no other
+reference to them, so like dead buffers they are written over in place or reused (the
+gradient of the logits over the saved logits). ``OVERWRITTEN_INPUTS`` in the generated
+module lists them (the first call keeps copies for its eager retry, compile_fx.py).
+
 Never taken over, because their memory outlives their name or is not the graph's to
-reuse: graph inputs and constants, graph outputs (and the buffers outputs are views of),
-a scatter's target (the ``MutationBuffer`` result is bound to its memory and keeps it),
-and every tensor argument and output of a fallback whose op may alias or mutate its
-arguments (its schema says so, or it has no schema).
+reuse: graph inputs (but donated ones) and constants, graph outputs (and the buffers
+outputs are views of), a scatter's target (the ``MutationBuffer`` result is bound to its
+memory and keeps it), and every tensor argument and output of a fallback whose op may
+alias or mutate its arguments (its schema says so, or it has no schema).
 """
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
@@ -40,6 +51,8 @@ REUSE = "reuse"
 class MemoryPlan:
     takes: Dict[str, Tuple[str, str]] = field(default_factory=dict)  # buffer -> (IN_PLACE | REUSE, dead buffer)
     frees: List[List[str]] = field(default_factory=list)   # per group: buffers to free after it
+    unused_inputs: List[str] = field(default_factory=list)  # graph inputs nothing reads: freed first
+    overwritten_inputs: Tuple[int, ...] = ()   # positions of the donated inputs taken over
 
     def in_place_outputs(self, names) -> Dict[str, str]:
         """{output: the input it is written over} for the outputs ``names`` of one kernel."""
@@ -53,16 +66,19 @@ class MemoryPlan:
 def plan_memory(graph, scheduler) -> MemoryPlan:
     groups = scheduler.groups
     last_use = scheduler.last_uses()
-    keep = scheduler.output_names | set(graph.graph_inputs) | set(graph.constants)
+    inputs = set(graph.graph_inputs)
+    donated = donated_inputs(graph) - scheduler.output_names
+    keep = scheduler.output_names | (inputs - donated) | set(graph.constants)
     shared, bound = _shared_memory(scheduler)
     pinned = keep | shared
     dead_after = [[] for _ in groups]
     for name, last in sorted(last_use.items()):
-        if name not in keep:
+        if name not in keep or (name in inputs and name not in scheduler.output_names):
             dead_after[last].append(name)
 
     plan = MemoryPlan()
-    allocated = set()   # buffers the wrapper allocates or a fallback returns
+    plan.unused_inputs = sorted(inputs - set(last_use) - scheduler.output_names)
+    allocated = set(donated)   # buffers the wrapper allocates, a fallback returns or aot_autograd donates
     pool = []           # dead buffers free to take over, most recently freed last
     for i, group in enumerate(groups):
         taken_here = set()
@@ -87,7 +103,14 @@ def plan_memory(graph, scheduler) -> MemoryPlan:
         pool.extend(n for n in freed if n in allocated and n not in pinned and _poolable(graph.name_to_buffer[n]))
     taken = {source for _, source in plan.takes.values()}
     plan.frees = [[n for n in names if n not in taken] for names in plan.frees]
+    plan.overwritten_inputs = tuple(i for i, name in enumerate(graph.input_order) if name in taken)
     return plan
+
+
+def donated_inputs(graph) -> set:
+    """The names of the graph inputs aot_autograd donates (compile_options.py)."""
+    names = graph.input_order
+    return {names[i] for i in graph.options.donated_inputs if i < len(names) and names[i] in graph.graph_inputs}
 
 
 def _allocated_buffers(scheduler, group):
@@ -111,7 +134,9 @@ def _in_place_source(scheduler, graph, group, buffer, dying, allocated, pinned, 
     for name in sorted(node.read_names):
         if name not in dying or name not in allocated or name in pinned or name in taken_here:
             continue
-        if readers.get(name) != [node] or not _same_layout(graph.name_to_buffer[name].layout, buffer.layout):
+        # a graph output is never a reinterpreted tensor (as in ``_reusable``)
+        fits = _same_layout if buffer.name in scheduler.output_names else _same_span
+        if readers.get(name) != [node] or not fits(graph.name_to_buffer[name].layout, buffer.layout):
             continue
         deps = [dep for dep in reads if dep.name == name]
         if deps and all(not dep.indirect and dep.index == write.index for dep in deps):
@@ -138,6 +163,13 @@ def _poolable(buffer) -> bool:
 
 def _same_storage(a, b) -> bool:
     return a.device == b.device and a.dtype == b.dtype and sym.same_size(a.storage_size(), b.storage_size())
+
+
+def _same_span(a, b) -> bool:
+    """Same memory from offset 0 (sizes and strides may differ: a [2, 64, V] gradient over
+    the [128, V] logits it reads; whether each element is read where it is written is the
+    index comparison's to tell)."""
+    return _same_storage(a, b) and sym.same_size(a.offset, 0) and sym.same_size(b.offset, 0)
 
 
 def _same_layout(a, b) -> bool:

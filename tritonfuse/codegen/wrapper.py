@@ -208,7 +208,7 @@ class WrapperCodeGen:
         self.writeline(f"{out_overload}({', '.join(arguments + [f'out={buffer.name}'])})")
 
     def free(self, names):
-        names = sorted(n for n in names if n in self.allocated)
+        names = sorted(n for n in names if n in self.allocated or n in self.graph.graph_inputs)
         if names:
             self.writeline(f"del {', '.join(names)}")
 
@@ -226,6 +226,8 @@ class WrapperCodeGen:
         code.writeline("")
         code.splice(self.kernel_defs)
         code.writeline("")
+        if self.memory_plan.overwritten_inputs:   # donated inputs written over (memory_planning.py)
+            code.writeline(f"OVERWRITTEN_INPUTS = {self.memory_plan.overwritten_inputs!r}")
         code.writeline("def call(args):")
         with code.indent():
             names = list(graph.input_order)
@@ -240,6 +242,8 @@ class WrapperCodeGen:
                 code.writeline(f"{name} = ensure_layout({name}, {_shape(layout.size)}, {_shape(layout.stride)})")
             for name in graph.constants:
                 code.writeline(f"{name} = CONSTANTS[{name!r}]")
+            if self.memory_plan.unused_inputs:
+                code.writeline(f"del {', '.join(self.memory_plan.unused_inputs)}")
         code.splice(self.body)
         with code.indent():
             code.writeline(f"return {_shape(self._output_exprs())}")
