@@ -79,9 +79,12 @@ class CppOuterReductions:
         self.pre, self.post = IndentedBuffer(), epilogue
         self.code, self.vec_mode, self.in_r_loop = loop_body, True, True
         self.segment_index = 0
+        in_loop = dict(self.cse.cache)     # values of the loop body stay in its scope
+        self.finished_reductions = {}
         for layout in self.segments[0].layouts:
             self._run_node(*layout)
         self.in_r_loop = False
+        self.cse.cache = dict(in_loop, **self.finished_reductions)
         self.finished_reductions = {}
         self.code = epilogue
         for seg in self.segments[1:]:

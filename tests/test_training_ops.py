@@ -259,3 +259,36 @@ def test_training_ops_over_a_symbolic_sequence_length(device):
     assert metrics.symbolic_graphs == 2, metrics.symbolic_graphs
     allowed = MATMULS if _embedding_backward_lowered(device) else MATMULS | {"aten.embedding_dense_backward.default"}
     assert set(metrics.fallbacks) <= allowed, metrics.fallbacks
+
+
+@pytest.mark.parametrize("rows", [2, 5])
+def test_batch_norms_sharing_a_gradient_in_bf16(device, rows):
+    """ResNet's downsample branch: two training-mode batch norms whose outputs are added.
+    The backward of their weights is one column reduction over the batch with a
+    per-channel epilogue, and a constant of the loop body (1 / rows) is read again in the
+    epilogue: the C++ backend referred to it out of its scope, the build failed and the
+    graph ran eagerly. (With 2 rows the input gradient is 0 up to rounding, amplified by
+    1/std: the weights' gradients and the loss are what is compared.)"""
+    torch.manual_seed(0)
+    spread = torch.arange(rows, device=device).view(-1, 1, 1, 1)   # rows apart: no tiny variance
+    a = (torch.randn(rows, 128, 1, 1, device=device) * 0.3 + spread).to(torch.bfloat16)
+    b = (torch.randn(rows, 128, 1, 1, device=device) * 0.3 + spread).to(torch.bfloat16)
+    w = torch.randn(rows, 128, 1, 1, device=device)
+
+    def run(compiled, dtype=torch.bfloat16):
+        torch.manual_seed(1)
+        bn1 = torch.nn.BatchNorm2d(128).to(device, dtype)
+        bn2 = torch.nn.BatchNorm2d(128).to(device, dtype)
+        fn = lambda x, y: (torch.relu(bn1(x) + bn2(y)).float() * w).sum()   # rows far from relu's 0
+        loss = (torch.compile(fn, backend="tritonfuse", dynamic=False) if compiled else fn)(
+            a.to(dtype).requires_grad_(), b.to(dtype).requires_grad_())
+        loss.backward()
+        return [loss, bn1.weight.grad, bn1.bias.grad, bn2.weight.grad, bn2.bias.grad]
+
+    reference = run(False, torch.float64)
+    expected, actual = run(False), run(True)
+    assert metrics.eager_graphs == 0, metrics.eager_graph_reasons
+    for got, want, exact in zip(actual, expected, reference):
+        # bf16: the compiled step is within twice eager's own error of the float64 result
+        eager_error = (want.double() - exact).abs().max().item()
+        assert (got.double() - exact).abs().max().item() <= 2 * eager_error + 1e-2 * exact.abs().max().item()
