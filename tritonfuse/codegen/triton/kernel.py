@@ -55,6 +55,19 @@ def triton_constant(value, dtype) -> str:
     return str(int(value))
 
 
+def literal_mistyped(value, dtype) -> bool:
+    """Whether Triton, left to type the bare literal of ``value`` itself, may give it another
+    dtype than ``dtype`` and change its value: a Python float is float32 wherever float32
+    holds it (0.1 becomes 0.100000001490116), an int in [2**31, 2**32) is uint32 (beside a
+    negative literal, -1 becomes 4294967295, or compiling fails). A literal next to a tensor of
+    its dtype is safe (Triton converts it to the tensor's dtype); one beside another literal,
+    or stored, is not."""
+    if dtype == torch.float64:
+        value = float(value)
+        return math.isfinite(value) and float(torch.tensor(value, dtype=torch.float32)) != value
+    return dtype == torch.int64 and not -2 ** 31 <= int(value) < 2 ** 31
+
+
 def compute_dtype(dtype):
     """The dtype a value of ``dtype`` lives in inside a kernel."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
@@ -274,7 +287,7 @@ class TritonKernel:
         pointer = self.args.output(name)
         index = self.kernel_index(index)
         mask = self._mask_for(index)
-        value = self._as_stored(name, value)
+        value = self._as_stored(name, self._typed(value))
         line = f"tl.store({pointer} + ({self._pointer_offset(index)}), {value}" + (f", {mask})" if mask else ")")
         self.out.writeline(line)
 
@@ -295,7 +308,7 @@ class TritonKernel:
         pointer = self.args.output(name)
         index = self.kernel_index(index)
         mask = "xmask" if self.needs_xmask else None
-        value = self._as_stored(name, value)
+        value = self._as_stored(name, self._typed(value))
         line = f"tl.store({pointer} + ({self._pointer_offset(index)}), {value}" + (f", {mask})" if mask else ")")
         if self.looped:
             self.segment.deferred_stores.append(lambda buf, line=line: buf.writeline(line))
@@ -310,6 +323,7 @@ class TritonKernel:
         and a write must never land outside the tensor)."""
         if name in self.internal:
             return
+        value = self._typed(value)
         pointer = self.args.output(name)
         index = self.kernel_index(index)
         parts = ["ymask"] * self.needs_ymask + ["xmask"] * self.needs_xmask
@@ -359,6 +373,7 @@ class TritonKernel:
         finally:
             self.mask_stack.pop()
         dtype = value.dtype if isinstance(value, CSEVariable) else torch.float32
+        value = self._typed(value)
         other_text = triton_constant(other, compute_dtype(dtype))
         return self.cse.generate(self.out, f"tl.where({mask}, {value}, {other_text})", dtype,
                                  over_r=getattr(value, "over_r", False))
@@ -401,9 +416,24 @@ class TritonKernel:
             chosen = template
             if _is_integer(operands[0].dtype):
                 chosen = self._integer_template(name, operands, over_r) or template
+            operands = self._typed_constants(operands)
             text = chosen.format(*[str(o) for o in operands])
             return self.cse.generate(self.out, text, dtype, over_r=over_r)
         return emit
+
+    def _typed_constants(self, operands):
+        """``operands`` with each literal that Triton would type wrongly (literal_mistyped) as a
+        tensor of its dtype, unless a tensor operand of its dtype types it already; float32
+        kernels keep their bare literals."""
+        tensor_dtypes = {compute_dtype(o.dtype) for o in operands if not isinstance(o, Constant)}
+        return tuple(self._typed(o) if isinstance(o, Constant) and compute_dtype(o.dtype) not in tensor_dtypes
+                     else o for o in operands)
+
+    def _typed(self, value):
+        """``value``, or a tensor holding it where it is a literal that Triton would type wrongly."""
+        if isinstance(value, Constant) and literal_mistyped(value.value, compute_dtype(value.dtype)):
+            return self._scalar_tensor(value)
+        return value
 
     def _scalar_tensor(self, constant):
         """A literal as a tensor of ones of the blocks' rank (it broadcasts to every block of the
