@@ -26,6 +26,7 @@ FLOAT64_CASES = {
     "gelu_erf": lambda x: torch.nn.functional.gelu(x),
     "log_softmax": lambda x: torch.log_softmax(x, -1),
     "sum_of_a_constant_where": lambda x: torch.full_like(x, 0.2).masked_fill(x > 0, 0.1).sum(-1),
+    "index_fill": lambda x: torch.zeros_like(x).index_fill(1, torch.tensor([1, 3], device=x.device), 0.1),
     "constant_row_sum": lambda x: torch.full_like(x, 0.1).sum(-1) + x[:, 0],
 }
 
@@ -44,6 +45,13 @@ INT64_CASES = {
     "where_two_wide_constants": lambda x: torch.full_like(x, -2 ** 35 - 5).masked_fill(x > 0, 2 ** 40 + 1),
     "masked_fill_wide": lambda x: x.masked_fill(x > 0, 2 ** 40),
     "clamp_wide": lambda x: (x * 2 ** 38).clamp(-2 ** 39 - 1, 2 ** 39 + 3),
+    "index_fill_wide": lambda x: x.index_fill(0, torch.tensor([1, 3], device=x.device), 2 ** 40),
+    # index expressions whose values leave int32 although the loop variables do not
+    "arange_from_2_40": lambda x: torch.arange(2 ** 40, 2 ** 40 + 37, device=x.device) + x,
+    "arange_below_minus_2_40": lambda x: torch.arange(-2 ** 40, -2 ** 40 + 37, device=x.device) + x,
+    "arange_step_2_27": lambda x: torch.arange(0, 37 * 2 ** 27, 2 ** 27, device=x.device) + x,   # 36 * 2**27 > 2**31
+    "arange_step_2_33_as_float64": lambda x: torch.arange(0, 37 * 2 ** 33, 2 ** 33, device=x.device,
+                                                         dtype=torch.float64) + x,
 }
 
 

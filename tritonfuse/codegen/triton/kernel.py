@@ -170,6 +170,7 @@ class TritonKernel:
         else:
             self.x_symbols = self._dim_symbols("x", self.plan.x_sizes)
         self.r_symbols = self._dim_symbols("r", self.plan.r_sizes)
+        self.symbol_sizes = dict(zip(self.x_symbols + self.r_symbols, list(self.plan.x_sizes) + list(self.plan.r_sizes)))
 
     @property
     def segment(self) -> _Segment:
@@ -351,8 +352,29 @@ class TritonKernel:
         if any(s.name.startswith("z") for s in index.free_symbols):   # a float scalar argument
             expr = f"tl.full([], {text}, {TRITON_TYPES[dtype]})"   # (a Python float in the interpreter)
         else:
+            wide = dtype.itemsize > 4 or dtype.is_floating_point
+            if wide and not self.use_int64 and not self._fits_int32(index):   # computed in int64
+                text = texpr(index.xreplace({s: sympy.Symbol(f"{s.name}.to(tl.int64)") for s in self.symbol_sizes}))
             expr = f"({text}).to({TRITON_TYPES[dtype]})" if dtype != torch.int32 else f"({text})"
         return self.cse.generate(self.out, expr, dtype, over_r=self._value_over_r())
+
+    def _fits_int32(self, index) -> bool:
+        """Whether ``index`` (a polynomial of this node's loop variables, each in [0, size))
+        provably stays inside int32, as the variables do: arange(2**40, ...) or a step of
+        2**33 does not, and computed in int32 it fails to compile or wraps."""
+        bound = 0
+        for monomial, coefficient in index.as_coefficients_dict().items():
+            if not coefficient.is_Integer:
+                return False
+            term = abs(int(coefficient))
+            for base, exponent in monomial.as_powers_dict().items():
+                if base == 1:
+                    continue
+                if base not in self.symbol_sizes or not exponent.is_Integer or exponent < 1:
+                    return False
+                term *= (self.symbol_sizes[base] - 1) ** int(exponent)
+            bound += term
+        return sym.current_sizevars().known_lt(bound, INT32_MAX + 1)
 
     def indirect_indexing(self, value, size):
         self.size_symbols |= sym.size_symbols(size)
