@@ -27,6 +27,8 @@ FLOAT64_CASES = {
     "log_softmax": lambda x: torch.log_softmax(x, -1),
     "sum_of_a_constant_where": lambda x: torch.full_like(x, 0.2).masked_fill(x > 0, 0.1).sum(-1),
     "index_fill": lambda x: torch.zeros_like(x).index_fill(1, torch.tensor([1, 3], device=x.device), 0.1),
+    "pow_of_a_literal": lambda x: x.abs() ** 0.1,
+    "atan2_of_a_constant": lambda x: torch.atan2(x, torch.full_like(x, 0.1)),
     "constant_row_sum": lambda x: torch.full_like(x, 0.1).sum(-1) + x[:, 0],
 }
 
@@ -61,6 +63,16 @@ def test_int64_constants_beyond_int32(device, case):
     check(INT64_CASES[case], x)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_helper_functions_take_constants(device, dtype):
+    """A helper function gets a literal operand as a tensor (it saw a constexpr: atan2's
+    x.to(float64) failed to compile in every dtype)."""
+    x = torch.randn(5, 37, dtype=dtype, device=device)
+    tolerance = F64 if dtype == torch.float64 else dict(atol=1e-6, rtol=1e-5)
+    check(lambda x: torch.atan2(x, torch.full_like(x, 0.1)) + torch.hypot(torch.full_like(x, 0.3), x), x,
+          **tolerance)
+
+
 def _kernel_sources(sources):
     return [m.group(1) for s in sources for m in re.finditer(r"source='''\\\n(.*?)''',", s, re.S)]
 
@@ -78,6 +90,7 @@ def test_float32_kernels_keep_bare_literals():
 
 @pytest.mark.parametrize("case, dtype, pointer", [
     ("where_of_two_constants", torch.float64, "*fp64"), ("full_like", torch.float64, "*fp64"),
+    ("pow_of_a_literal", torch.float64, "*fp64"),
     ("where_uint32_range_and_negative", torch.int64, "*i64")])
 def test_compiled_constants_take_the_kernels_dtype(tmp_path, case, dtype, pointer):
     """Compiled Triton (ahead of time for sm_90, no GPU needed) holds no 32-bit constant in these

@@ -12,6 +12,7 @@ produced and consumed inside the kernel are never written to memory: a load of o
 returns the value computed earlier in the kernel.
 """
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -438,15 +439,19 @@ class TritonKernel:
             chosen = template
             if _is_integer(operands[0].dtype):
                 chosen = self._integer_template(name, operands, over_r) or template
-            operands = self._typed_constants(operands)
+            operands = self._typed_constants(operands, _is_call(chosen))
             text = chosen.format(*[str(o) for o in operands])
             return self.cse.generate(self.out, text, dtype, over_r=over_r)
         return emit
 
-    def _typed_constants(self, operands):
+    def _typed_constants(self, operands, call):
         """``operands`` with each literal that Triton would type wrongly (literal_mistyped) as a
         tensor of its dtype, unless a tensor operand of its dtype types it already; float32
-        kernels keep their bare literals."""
+        kernels keep their bare literals. A helper or libdevice function (``call``) gets every
+        literal as a tensor: it sees a literal as a constexpr, not converted to its neighbour's
+        dtype (atan2(x, 0.1) called 0.1.to(...) and failed to compile, in float32 too)."""
+        if call:
+            return tuple(self._scalar_tensor(o) if isinstance(o, Constant) else o for o in operands)
         tensor_dtypes = {compute_dtype(o.dtype) for o in operands if not isinstance(o, Constant)}
         return tuple(self._typed(o) if isinstance(o, Constant) and compute_dtype(o.dtype) not in tensor_dtypes
                      else o for o in operands)
@@ -691,6 +696,13 @@ def _cast_python(value, dtype):
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         raise ValueError("non-finite value cast to an integer dtype")
     return int(value)
+
+
+def _is_call(template) -> bool:
+    """Whether an op's spelling calls a helper or libdevice function (not an operator, not
+    tl.where, not the maximum/minimum helpers, which take literals as operators do)."""
+    call = re.match(r"([A-Za-z_][\w.]*)\(", template)
+    return call is not None and call.group(1) not in ("tl.where", "tf_helpers.maximum", "tf_helpers.minimum")
 
 
 def _is_integer(dtype) -> bool:
