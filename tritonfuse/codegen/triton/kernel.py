@@ -12,6 +12,7 @@ produced and consumed inside the kernel are never written to memory: a load of o
 returns the value computed earlier in the kernel.
 """
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -53,6 +54,19 @@ def triton_constant(value, dtype) -> str:
             return 'float("inf")' if value > 0 else 'float("-inf")'
         return repr(value)
     return str(int(value))
+
+
+def literal_mistyped(value, dtype) -> bool:
+    """Whether Triton, left to type the bare literal of ``value`` itself, may give it another
+    dtype than ``dtype`` and change its value: a Python float is float32 wherever float32
+    holds it (0.1 becomes 0.100000001490116), an int in [2**31, 2**32) is uint32 (beside a
+    negative literal, -1 becomes 4294967295, or compiling fails). A literal next to a tensor of
+    its dtype is safe (Triton converts it to the tensor's dtype); one beside another literal,
+    or stored, is not."""
+    if dtype == torch.float64:
+        value = float(value)
+        return math.isfinite(value) and float(torch.tensor(value, dtype=torch.float32)) != value
+    return dtype == torch.int64 and not -2 ** 31 <= int(value) < 2 ** 31
 
 
 def compute_dtype(dtype):
@@ -157,6 +171,7 @@ class TritonKernel:
         else:
             self.x_symbols = self._dim_symbols("x", self.plan.x_sizes)
         self.r_symbols = self._dim_symbols("r", self.plan.r_sizes)
+        self.symbol_sizes = dict(zip(self.x_symbols + self.r_symbols, list(self.plan.x_sizes) + list(self.plan.r_sizes)))
 
     @property
     def segment(self) -> _Segment:
@@ -274,7 +289,7 @@ class TritonKernel:
         pointer = self.args.output(name)
         index = self.kernel_index(index)
         mask = self._mask_for(index)
-        value = self._as_stored(name, value)
+        value = self._as_stored(name, self._typed(value))
         line = f"tl.store({pointer} + ({self._pointer_offset(index)}), {value}" + (f", {mask})" if mask else ")")
         self.out.writeline(line)
 
@@ -295,7 +310,7 @@ class TritonKernel:
         pointer = self.args.output(name)
         index = self.kernel_index(index)
         mask = "xmask" if self.needs_xmask else None
-        value = self._as_stored(name, value)
+        value = self._as_stored(name, self._typed(value))
         line = f"tl.store({pointer} + ({self._pointer_offset(index)}), {value}" + (f", {mask})" if mask else ")")
         if self.looped:
             self.segment.deferred_stores.append(lambda buf, line=line: buf.writeline(line))
@@ -310,6 +325,7 @@ class TritonKernel:
         and a write must never land outside the tensor)."""
         if name in self.internal:
             return
+        value = self._typed(value)
         pointer = self.args.output(name)
         index = self.kernel_index(index)
         parts = ["ymask"] * self.needs_ymask + ["xmask"] * self.needs_xmask
@@ -337,8 +353,29 @@ class TritonKernel:
         if any(s.name.startswith("z") for s in index.free_symbols):   # a float scalar argument
             expr = f"tl.full([], {text}, {TRITON_TYPES[dtype]})"   # (a Python float in the interpreter)
         else:
+            wide = dtype.itemsize > 4 or dtype.is_floating_point
+            if wide and not self.use_int64 and not self._fits_int32(index):   # computed in int64
+                text = texpr(index.xreplace({s: sympy.Symbol(f"{s.name}.to(tl.int64)") for s in self.symbol_sizes}))
             expr = f"({text}).to({TRITON_TYPES[dtype]})" if dtype != torch.int32 else f"({text})"
         return self.cse.generate(self.out, expr, dtype, over_r=self._value_over_r())
+
+    def _fits_int32(self, index) -> bool:
+        """Whether ``index`` (a polynomial of this node's loop variables, each in [0, size))
+        provably stays inside int32, as the variables do: arange(2**40, ...) or a step of
+        2**33 does not, and computed in int32 it fails to compile or wraps."""
+        bound = 0
+        for monomial, coefficient in index.as_coefficients_dict().items():
+            if not coefficient.is_Integer:
+                return False
+            term = abs(int(coefficient))
+            for base, exponent in monomial.as_powers_dict().items():
+                if base == 1:
+                    continue
+                if base not in self.symbol_sizes or not exponent.is_Integer or exponent < 1:
+                    return False
+                term *= (self.symbol_sizes[base] - 1) ** int(exponent)
+            bound += term
+        return sym.current_sizevars().known_lt(bound, INT32_MAX + 1)
 
     def indirect_indexing(self, value, size):
         self.size_symbols |= sym.size_symbols(size)
@@ -359,6 +396,7 @@ class TritonKernel:
         finally:
             self.mask_stack.pop()
         dtype = value.dtype if isinstance(value, CSEVariable) else torch.float32
+        value = self._typed(value)
         other_text = triton_constant(other, compute_dtype(dtype))
         return self.cse.generate(self.out, f"tl.where({mask}, {value}, {other_text})", dtype,
                                  over_r=getattr(value, "over_r", False))
@@ -401,9 +439,28 @@ class TritonKernel:
             chosen = template
             if _is_integer(operands[0].dtype):
                 chosen = self._integer_template(name, operands, over_r) or template
+            operands = self._typed_constants(operands, _is_call(chosen))
             text = chosen.format(*[str(o) for o in operands])
             return self.cse.generate(self.out, text, dtype, over_r=over_r)
         return emit
+
+    def _typed_constants(self, operands, call):
+        """``operands`` with each literal that Triton would type wrongly (literal_mistyped) as a
+        tensor of its dtype, unless a tensor operand of its dtype types it already; float32
+        kernels keep their bare literals. A helper or libdevice function (``call``) gets every
+        literal as a tensor: it sees a literal as a constexpr, not converted to its neighbour's
+        dtype (atan2(x, 0.1) called 0.1.to(...) and failed to compile, in float32 too)."""
+        if call:
+            return tuple(self._scalar_tensor(o) if isinstance(o, Constant) else o for o in operands)
+        tensor_dtypes = {compute_dtype(o.dtype) for o in operands if not isinstance(o, Constant)}
+        return tuple(self._typed(o) if isinstance(o, Constant) and compute_dtype(o.dtype) not in tensor_dtypes
+                     else o for o in operands)
+
+    def _typed(self, value):
+        """``value``, or a tensor holding it where it is a literal that Triton would type wrongly."""
+        if isinstance(value, Constant) and literal_mistyped(value.value, compute_dtype(value.dtype)):
+            return self._scalar_tensor(value)
+        return value
 
     def _scalar_tensor(self, constant):
         """A literal as a tensor of ones of the blocks' rank (it broadcasts to every block of the
@@ -639,6 +696,13 @@ def _cast_python(value, dtype):
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         raise ValueError("non-finite value cast to an integer dtype")
     return int(value)
+
+
+def _is_call(template) -> bool:
+    """Whether an op's spelling calls a helper or libdevice function (not an operator, not
+    tl.where, not the maximum/minimum helpers, which take literals as operators do)."""
+    call = re.match(r"([A-Za-z_][\w.]*)\(", template)
+    return call is not None and call.group(1) not in ("tl.where", "tf_helpers.maximum", "tf_helpers.minimum")
 
 
 def _is_integer(dtype) -> bool:
