@@ -37,7 +37,7 @@ from .common import (
     HALF_TYPES, SIZE_PARAMS, STORAGE_TYPES, TILE_COLS, CppVar, _cast_python, _stride, _vector_printer, cexpr, compute_dtype,
     cpp_constant, ctype,
 )
-from .loop_nest import CppLoopNest
+from .loop_nest import OUT_TILE_STEPS, CppLoopNest
 from .outer_reduction import CppOuterReductions
 from .overrides import CPP_CHECKED_DIVISION, CPP_OPS, cpp_op, cpp_result_dtype, is_integer
 from .reductions import CppReductions
@@ -379,7 +379,9 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReductions, Cp
         tile = self.out_tiles[pointer][0]
         r_last = f"r{len(self.r_sizes) - 1}"
         value = self._cast_value(value, dtype)
-        self.code.writeline(f"tf::vstore<TAIL>({tile} + ({r_last} - {r_last}_block) * tf::kVecLanes, "
+        # in a row block (row_blocks.py) each vector of rows has its own tile in a block tile
+        chunk = f"(x{len(self.x_sizes) - 1} - xb) * {OUT_TILE_STEPS} + " if self.block_width else ""
+        self.code.writeline(f"tf::vstore<TAIL>({tile} + {chunk}({r_last} - {r_last}_block) * tf::kVecLanes, "
                             f"{self._as_vec(value)}, count);")
 
     def _store_to(self, pointer, index, value, dtype, code=None):

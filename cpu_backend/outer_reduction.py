@@ -114,7 +114,7 @@ class CppOuterReductions:
     def _open_row_blocks(self, code, threads, block_arrays=()):
         """The skeleton of a row-block kernel up to the body of one block: the parallel
         region (a plain scope on one thread) with each thread's accumulator rows and
-        ``block_arrays`` ((C type, name) pairs, one element per row of the block), the
+        ``block_arrays`` ((C type, name, elements per row of the block)), the
         loops the threads share (outer row dims, blocks of the last), the accumulators
         reset. Returns (blocks to close, whether every block is whole vectors)."""
         width, last = self.block_width, sym.to_int(self.x_sizes[-1])
@@ -125,8 +125,8 @@ class CppOuterReductions:
         code._indent += 1
         for acc, t, _, _ in self.partials:
             code.writeline(f"alignas(64) {t} {acc}_row[{width}];")
-        for t, name in block_arrays:
-            code.writeline(f"alignas(64) {t} {name}[{width}];")
+        for t, name, per_row in block_arrays:   # whole vectors: a tail chunk's tile spans kVecLanes rows
+            code.writeline(f"alignas(64) {t} {name}[{-(-width // BLOCK_ALIGN) * BLOCK_ALIGN * per_row}];")
         split_rows = width < last   # blocks of a row: one more (collapsed) loop
         loops = len(self.x_sizes) - 1 + split_rows
         if threads > 1:

@@ -31,11 +31,13 @@ from tritonfuse.codegen.common import IndentedBuffer
 from tritonfuse.dependencies import plan_and_deps, refine_dep
 
 from . import common
-from .common import _stride, cexpr, ctype
+from .common import HALF_TYPES, STORAGE_TYPES, _stride, cexpr, ctype
+from .loop_nest import OUT_TILE_STEPS
 
-# Bytes of input one block may span (B x reduced elements x element size): the second
-# loop then reads the block from L2 instead of memory.
-BLOCK_INPUT_BYTES = int(os.environ.get("TRITONFUSE_CPU_ROW_BLOCK_BYTES", 256 * 1024))
+# Bytes of one thread's block arrays (accumulator rows, row-wise values, output tiles):
+# the widest block whose arrays stay near L1. Wide blocks matter most: each step of a loop
+# then reads one long contiguous run, which the hardware prefetcher follows.
+BLOCK_ARRAY_BYTES = int(os.environ.get("TRITONFUSE_CPU_ROW_BLOCK_BYTES", 256 * 1024))
 BLOCK_REDUCTIONS = ("sum", "prod", "max", "min")
 
 _DEFINITION = re.compile(r"^const auto (\w+) = (.*);$")
@@ -66,15 +68,21 @@ class CppRowBlocks:
                 if node.name in self.internal:
                     continue
                 write = refine_dep(plan_and_deps(node.buffer, xs, rs)[2], self.x_sizes)
-                if _stride(write.index, x_last) != 1:
+                if _stride(write.index, x_last) != 1 and not (kind == "xr" and self._tileable(node, write.index)):
                     return False
         return self._loop_block_width() is not None
 
-    def _loop_block_width(self):
-        """Rows per block: the input of one block within BLOCK_INPUT_BYTES (4-byte
-        elements), whole vectors, enough blocks for the threads."""
-        r_numel = sym.to_int(sym.product(self.r_sizes))
-        return self._row_block_width(self._row_block_threads(), BLOCK_INPUT_BYTES // (4 * r_numel))
+    def _tileable(self, node, index) -> bool:
+        """A store contiguous along the reduced dim (layer_norm of a transposed input, its
+        output row-major): staged in a block tile, written out transposed."""
+        r_last = sympy.Symbol(f"r{len(self.r_sizes) - 1}", integer=True, nonnegative=True)
+        return STORAGE_TYPES[node.buffer.get_dtype()] in ("float", "uint16_t") and _stride(index, r_last) == 1
+
+    def _loop_block_width(self, elements_per_row=1):
+        """Rows per block: the block arrays (``elements_per_row`` 4-byte elements for each
+        row of the block) within BLOCK_ARRAY_BYTES, whole vectors, enough blocks for the
+        threads; None when there are not enough rows for the threads."""
+        return self._row_block_width(self._row_block_threads(), BLOCK_ARRAY_BYTES // (4 * elements_per_row))
 
     def _row_block_threads(self) -> int:
         work = sym.hint(self.group.x_numel * self.group.r_numel)
@@ -83,10 +91,10 @@ class CppRowBlocks:
     # ---- generation ---------------------------------------------------------------------
     def _generate_loop_row_blocks(self) -> str:
         threads = self._row_block_threads()
-        self.block_width = self._loop_block_width()
+        self.block_width = "pending"       # chosen once the block arrays are known
         self.partials = []                 # accumulator rows (outer_reduction._rows_outer_reduction_op)
         self.emitted = {}                  # name -> CppVar of every value _emit wrote
-        passes = []                        # [once lines, loop lines or None]
+        passes = []                        # [once lines, loop lines or None, out tiles of the loop]
         once = []
         for seg in self.segments:
             self.segment_index = seg.index
@@ -99,30 +107,42 @@ class CppRowBlocks:
                 continue
             self.pre, self.post = IndentedBuffer(), IndentedBuffer()
             body = IndentedBuffer()
-            self._run_loop_segment(seg, body)
+            self.out_tiles = {}
+            try:
+                self._run_loop_segment(seg, body)
+                tiles = self.out_tiles
+            finally:
+                self.out_tiles = None
             if _lines(self.pre):
                 raise _Decline("set-up code before a loop")
-            passes.append([once, _lines(body)])
+            passes.append([once, _lines(body), tiles])
             once = list(_lines(self.post))     # reduction results, stores of them
         if once:
-            passes.append([once, None])
+            passes.append([once, None, {}])
         self.vec_mode = False
-        x_last = f"x{len(self.x_sizes) - 1}"
-        return self._emit_loop_row_blocks(_plan_scopes(passes, self.emitted, x_last), threads)
+        scopes = _plan_scopes(passes, self.emitted, f"x{len(self.x_sizes) - 1}")
+        tiles = sum(len(part_tiles) for *_, part_tiles in scopes.parts)
+        self.block_width = self._loop_block_width(len(self.partials) + len(scopes.transferred) + OUT_TILE_STEPS * tiles)
+        if self.block_width is None:
+            raise _Decline("too few rows for the threads")
+        return self._emit_loop_row_blocks(scopes, threads)
 
     def _emit_loop_row_blocks(self, scopes, threads) -> str:
         k = len(self.x_sizes) - 1
         code = IndentedBuffer()
         code.writeline(f'extern "C" void {self.name}({self._params()}) {{')
         with code.indent():
-            arrays = [(ctype(self.emitted[name].dtype), f"{name}_blk") for name in scopes.transferred]
+            arrays = [(ctype(self.emitted[name].dtype), f"{name}_blk", 1) for name in scopes.transferred]
+            arrays += [("float", tile, OUT_TILE_STEPS) for *_, tiles in scopes.parts for tile, _, _ in tiles.values()]
             opened, whole = self._open_row_blocks(code, threads, arrays)
-            for lines, in_loop in scopes.parts:
+            for lines, in_loop, tiles in scopes.parts:
                 inner = IndentedBuffer()
                 for line in lines:
                     inner.writeline(line)
                 chunks = lambda inner=inner: self._emit_block_chunks(code, inner, k, whole)   # noqa: E731
-                if in_loop:
+                if in_loop and tiles:
+                    self._emit_tiled_r_loops(code, chunks, tiles, whole)
+                elif in_loop:
                     self._emit_r_loops(code, chunks)
                 elif lines:
                     chunks()
@@ -131,12 +151,39 @@ class CppRowBlocks:
         return code.getvalue()
 
 
+    def _emit_tiled_r_loops(self, code, chunks, tiles, whole):
+        """The r loops of a part that stores through block tiles: the innermost reduced dim
+        in steps of OUT_TILE_STEPS, each step's tiles written out transposed after it."""
+        last = len(self.r_sizes) - 1
+        r, size = f"r{last}", cexpr(self.r_sizes[last])
+        for i, outer in enumerate(self.r_sizes[:-1]):
+            code.writeline(f"for (int64_t r{i} = 0; r{i} < {cexpr(outer)}; ++r{i}) {{")
+            code._indent += 1
+        code.writeline(f"for (int64_t {r}_block = 0; {r}_block < {size}; {r}_block += {OUT_TILE_STEPS}) {{")
+        code._indent += 1
+        code.writeline(f"const int64_t {r}_end = std::min<int64_t>({r}_block + {OUT_TILE_STEPS}, {size});")
+        code.writeline(f"for (int64_t {r} = {r}_block; {r} < {r}_end; ++{r}) {{")
+        code._indent += 1
+        chunks()
+        self._close_blocks(code, 1)
+        writes = IndentedBuffer()
+        r_var = sympy.Symbol(r, integer=True, nonnegative=True)
+        block = sympy.Symbol(f"{r}_block", integer=True)
+        for pointer, (tile, index, dtype) in tiles.items():
+            writer = f"store_tile_transposed_{HALF_TYPES[dtype]}" if dtype in HALF_TYPES else "store_tile_transposed"
+            writes.writeline(f"tf::{writer}({pointer} + {cexpr(index.xreplace({r_var: block}))}, "
+                             f"{_stride(index, self.vector_var)}, {tile} + (x{len(self.x_sizes) - 1} - xb) * "
+                             f"{OUT_TILE_STEPS}, int({r}_end - {r}_block), count);")
+        self._emit_block_chunks(code, writes, len(self.x_sizes) - 1, whole)
+        self._close_blocks(code, len(self.r_sizes))
+
+
 def _lines(buffer: IndentedBuffer):
     return [line.strip() for line in buffer.getvalue().splitlines() if line.strip()]
 
 
 class _Scopes:
-    """The chunk bodies of a block in order: (lines, inside the r loops)."""
+    """The chunk bodies of a block in order: (lines, inside the r loops, out tiles)."""
 
     def __init__(self):
         self.parts = []
@@ -151,7 +198,7 @@ def _plan_scopes(passes, emitted, x_last) -> _Scopes:
     reloaded from an accumulator row (reduction results)."""
     definitions = {}    # name -> (part index, expression line)
     raw_parts = []
-    for once, loop in passes:
+    for once, loop, tiles in passes:
         hoisted, in_loop, r_dependent = [], [], set()
         for line in loop or []:
             if "{" in line or "}" in line:
@@ -168,17 +215,17 @@ def _plan_scopes(passes, emitted, x_last) -> _Scopes:
         for line in once:
             if "{" in line or "}" in line:
                 raise _Decline(f"a block in row-wise code: {line}")
-        raw_parts.append((once + hoisted, False))
+        raw_parts.append((once + hoisted, False, {}))
         if loop is not None:
-            raw_parts.append((in_loop, True))
-    for index, (lines, _) in enumerate(raw_parts):
+            raw_parts.append((in_loop, True, tiles))
+    for index, (lines, _, _) in enumerate(raw_parts):
         for line in lines:
             match = _DEFINITION.match(line)
             if match:
                 definitions[match.group(1)] = (index, line)
     scopes = _Scopes()
     stores = {}    # part index -> names it writes to block arrays
-    for index, (lines, in_loop) in enumerate(raw_parts):
+    for index, (lines, in_loop, tiles) in enumerate(raw_parts):
         local = {m.group(1) for m in map(_DEFINITION.match, lines) if m}
         prologue, seen = [], set(local)
         wanted = [n for line in lines for n in _NAME.findall(line) if n not in local]
@@ -203,7 +250,7 @@ def _plan_scopes(passes, emitted, x_last) -> _Scopes:
             else:
                 prologue.append(line)   # recomputed: its own inputs are wanted too
                 wanted += [n for n in _NAME.findall(_DEFINITION.match(line).group(2)) if n not in seen]
-        scopes.parts.append([_ordered(prologue, definitions) + lines, in_loop])
+        scopes.parts.append([_ordered(prologue, definitions) + lines, in_loop, tiles])
     for where, names in stores.items():
         scopes.parts[where][0] += [f"tf::vstore<TAIL>({n}_blk + ({x_last} - xb), {n}, count);"
                                    for n in dict.fromkeys(names)]

@@ -188,7 +188,8 @@ def _rms_and_range(a, w):
     h = a.float()
     ms = h.pow(2).mean(-1, keepdim=True)
     spread = a.amax(-1, keepdim=True) - a.amin(-1, keepdim=True)
-    return (h * torch.rsqrt(ms + 1e-6)).to(a.dtype) * w, ms, a * spread + torch.sigmoid(spread)
+    return (h * torch.rsqrt(ms + 1e-6)).to(a.dtype) * w, ms, a * spread + torch.sigmoid(spread), \
+        torch.nn.functional.layer_norm(a, a.shape[-1:], w)   # row-major output: block tiles written transposed
 
 
 @pytest.mark.parametrize("make", [
@@ -210,5 +211,5 @@ def test_row_blocks_of_loops_over_a_strided_reduced_dim(make, dtype, threads, mo
     tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=5e-2, rtol=2e-2)
     sources = check(_rms_and_range, x, w, **tol)
     kernels = "\n".join(sources[1:])
-    assert "_blk[" in kernels and "_row[" in kernels, kernels
+    assert "_blk[" in kernels and "_row[" in kernels and "store_tile_transposed" in kernels, kernels
     assert "vscatter" not in kernels and "vgather" not in kernels
