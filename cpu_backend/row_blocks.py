@@ -33,6 +33,7 @@ from tritonfuse.dependencies import plan_and_deps, refine_dep
 from . import common
 from .common import HALF_TYPES, STORAGE_TYPES, _stride, cexpr, ctype
 from .loop_nest import OUT_TILE_STEPS
+from .outer_reduction import BLOCK_ALIGN
 
 # Bytes of one thread's block arrays (accumulator rows, row-wise values, output tiles):
 # the widest block whose arrays stay near L1. Wide blocks matter most: each step of a loop
@@ -52,12 +53,14 @@ class _Decline(Exception):
 
 class CppRowBlocks:
     def _loop_row_blocks(self) -> bool:
-        """Lanes are rows, two or more loops, reductions that combine lane-wise, no
-        values crossing loops through local buffers, stores contiguous across the rows."""
+        """Lanes are rows, two or more loops, reductions that combine lane-wise, local
+        buffers that fit a block, stores contiguous across the rows or along the reduced dim."""
         if self.no_row_blocks or self.axis != "x" or not self.is_reduction:
             return False
-        if self.local_buffers or not all(sym.is_static(s) for s in [*self.x_sizes, *self.r_sizes]):
+        if not all(sym.is_static(s) for s in [*self.x_sizes, *self.r_sizes]):
             return False
+        if self.local_buffers and BLOCK_ALIGN * self._local_row() * 4 > BLOCK_ARRAY_BYTES:
+            return False   # not even one vector's rows of the local buffers fit a block
         if sum(seg.is_loop for seg in self.segments) < 2:
             return False
         x_last = sympy.Symbol(f"x{len(self.x_sizes) - 1}", integer=True, nonnegative=True)
@@ -77,6 +80,11 @@ class CppRowBlocks:
         output row-major): staged in a block tile, written out transposed."""
         r_last = sympy.Symbol(f"r{len(self.r_sizes) - 1}", integer=True, nonnegative=True)
         return STORAGE_TYPES[node.buffer.get_dtype()] in ("float", "uint16_t") and _stride(index, r_last) == 1
+
+    def _local_row(self) -> int:
+        """Elements of the local buffers for one row of a block (a value crossing loops,
+        softmax's exp: a whole reduced row of it)."""
+        return len(self.local_buffers) * sym.to_int(sym.product(self.r_sizes))
 
     def _loop_block_width(self, elements_per_row=1):
         """Rows per block: the block arrays (``elements_per_row`` 4-byte elements for each
@@ -121,8 +129,9 @@ class CppRowBlocks:
             passes.append([once, None, {}])
         self.vec_mode = False
         scopes = _plan_scopes(passes, self.emitted, f"x{len(self.x_sizes) - 1}")
-        tiles = sum(len(part_tiles) for *_, part_tiles in scopes.parts)
-        self.block_width = self._loop_block_width(len(self.partials) + len(scopes.transferred) + OUT_TILE_STEPS * tiles)
+        tiles = max(len(part_tiles) for *_, part_tiles in scopes.parts)
+        self.block_width = self._loop_block_width(len(self.partials) + len(scopes.transferred) + OUT_TILE_STEPS * tiles
+                                                  + self._local_row())
         if self.block_width is None:
             raise _Decline("too few rows for the threads")
         return self._emit_loop_row_blocks(scopes, threads)
@@ -133,9 +142,18 @@ class CppRowBlocks:
         code.writeline(f'extern "C" void {self.name}({self._params()}) {{')
         with code.indent():
             arrays = [(ctype(self.emitted[name].dtype), f"{name}_blk", 1) for name in scopes.transferred]
-            arrays += [("float", tile, OUT_TILE_STEPS) for *_, tiles in scopes.parts for tile, _, _ in tiles.values()]
+            # each loop numbers its tiles from 0 and uses them only inside its r steps: shared
+            arrays += dict.fromkeys(("float", tile, OUT_TILE_STEPS) for *_, tiles in scopes.parts
+                                    for tile, _, _ in tiles.values())
+            r_numel = sym.to_int(sym.product(self.r_sizes))
+            arrays += [(ctype(self.graph.name_to_buffer[name].get_dtype()), local, r_numel)
+                       for name, local in self.local_buffers.items()]
+            code.writeline(f"constexpr int64_t kBlockRows = {-(-self.block_width // BLOCK_ALIGN) * BLOCK_ALIGN};"
+                           "   // rows of a block array per reduced step")
             opened, whole = self._open_row_blocks(code, threads, arrays)
             for lines, in_loop, tiles in scopes.parts:
+                if all(_DEFINITION.match(line) for line in lines):
+                    continue   # values only (reloads of results): nothing to run
                 inner = IndentedBuffer()
                 for line in lines:
                     inner.writeline(line)
@@ -144,7 +162,7 @@ class CppRowBlocks:
                     self._emit_tiled_r_loops(code, chunks, tiles, whole)
                 elif in_loop:
                     self._emit_r_loops(code, chunks)
-                elif lines:
+                else:
                     chunks()
             self._close_blocks(code, opened)
         code.writeline("}")
