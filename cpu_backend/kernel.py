@@ -343,8 +343,6 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReductions, Cp
         return flat
 
     def _lane_local_offset(self) -> str:
-        if self.block_width:   # a row block (row_blocks.py): one row of the block per lane
-            return f"{cexpr(self._local_index())} * kBlockRows + (x{len(self.x_sizes) - 1} - xb)"
         return f"{cexpr(self._local_index())} * tf::kVecLanes"
 
     def store(self, name, index, value):
