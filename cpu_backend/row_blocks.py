@@ -21,7 +21,6 @@ of B elements: reduction results (their accumulator rows), and the row-wise valu
 do not depend on the reduced index (hoisted out of the r loops: an rsqrt per row, not
 per element).
 """
-import os
 import re
 
 import sympy
@@ -37,7 +36,7 @@ from .loop_nest import OUT_TILE_STEPS
 # Bytes of one thread's block arrays (accumulator rows, row-wise values, output tiles):
 # the widest block whose arrays stay near L1. Wide blocks matter most: each step of a loop
 # then reads one long contiguous run, which the hardware prefetcher follows.
-BLOCK_ARRAY_BYTES = int(os.environ.get("TRITONFUSE_CPU_ROW_BLOCK_BYTES", 256 * 1024))
+BLOCK_ARRAY_BYTES = 256 * 1024
 BLOCK_REDUCTIONS = ("sum", "prod", "max", "min")
 
 _DEFINITION = re.compile(r"^const auto (\w+) = (.*);$")
