@@ -37,16 +37,20 @@ from .common import (
     HALF_TYPES, SIZE_PARAMS, STORAGE_TYPES, TILE_COLS, CppVar, _cast_python, _stride, _vector_printer, cexpr, compute_dtype,
     cpp_constant, ctype,
 )
-from .loop_nest import CppLoopNest
+from .loop_nest import OUT_TILE_STEPS, CppLoopNest
 from .outer_reduction import CppOuterReductions
 from .overrides import CPP_CHECKED_DIVISION, CPP_OPS, cpp_op, cpp_result_dtype, is_integer
 from .reductions import CppReductions
+from .row_blocks import CppRowBlocks, _Decline
 from .scan import CppScans
 from .scatter import CppScatter
 
 
-class CppKernel(CppLoopNest, CppOuterReductions, CppReductions, CppScans, CppScatter):
-    def __init__(self, group, internal, graph, name, num_threads, in_place=None):
+class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReductions, CppScans, CppScatter):
+    def __init__(self, group, internal, graph, name, num_threads, in_place=None, row_blocks=True):
+        self.init_args = (group, internal, graph, name, num_threads, in_place)
+        self.no_row_blocks = not row_blocks
+        self.emitted = {}         # name -> CppVar of every value _emit wrote (row_blocks.py)
         self.group = group
         self.graph = graph
         self.name = name
@@ -136,6 +140,14 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions, CppScans, CppSca
             return self._generate_scan()
         if self._rows_outer_reduction():
             return self._generate_rows_outer_reduction()
+        if self._loop_row_blocks():
+            try:
+                return self._generate_loop_row_blocks()
+            except _Decline:    # a construct the row-block form does not move: the plain form
+                plain = type(self)(*self.init_args, row_blocks=False)
+                source = plain._generate()
+                self.__dict__.update(plain.__dict__)
+                return source
         if self._split_full_reduction():
             self.split = True
             return self._generate_split_full_reduction()
@@ -248,6 +260,7 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions, CppScans, CppSca
         self.cse.counter += 1
         self.code.writeline(f"const auto {var} = {expr};")
         self.cse.cache[expr] = var
+        self.emitted[var.name] = var
         return var
 
     def _as_vec(self, value: CppVar) -> str:
@@ -366,7 +379,9 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppReductions, CppScans, CppSca
         tile = self.out_tiles[pointer][0]
         r_last = f"r{len(self.r_sizes) - 1}"
         value = self._cast_value(value, dtype)
-        self.code.writeline(f"tf::vstore<TAIL>({tile} + ({r_last} - {r_last}_block) * tf::kVecLanes, "
+        # in a row block (row_blocks.py) each vector of rows has its own tile in a block tile
+        chunk = f"(x{len(self.x_sizes) - 1} - xb) * {OUT_TILE_STEPS} + " if self.block_width else ""
+        self.code.writeline(f"tf::vstore<TAIL>({tile} + {chunk}({r_last} - {r_last}_block) * tf::kVecLanes, "
                             f"{self._as_vec(value)}, count);")
 
     def _store_to(self, pointer, index, value, dtype, code=None):

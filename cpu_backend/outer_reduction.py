@@ -52,13 +52,16 @@ class CppOuterReductions:
                 return False
         return True
 
-    def _row_block_width(self, threads: int):
-        """Columns per block of the last row dim, or None when the blocks cannot keep
-        ``threads`` threads busy (then partial rows split the reduction instead)."""
+    def _row_block_width(self, threads: int, widest=None):
+        """Columns per block of the last row dim (at most ``widest``), or None when the
+        blocks cannot keep ``threads`` threads busy (then partial rows split the reduction
+        instead)."""
         sizes = [sym.to_int(s) for s in self.x_sizes]
         outer, last = math.prod(sizes[:-1]), sizes[-1]
-        accumulators = len(self.segments[0].layouts)   # one per reduction node, <= 8 bytes each
-        widest = max(BLOCK_ALIGN, min(MAX_BLOCK, MAX_ROWS_BYTES // (8 * accumulators)) // BLOCK_ALIGN * BLOCK_ALIGN)
+        if widest is None:
+            accumulators = len(self.segments[0].layouts)   # one per reduction node, <= 8 bytes each
+            widest = MAX_ROWS_BYTES // (8 * accumulators)
+        widest = max(BLOCK_ALIGN, min(MAX_BLOCK, widest) // BLOCK_ALIGN * BLOCK_ALIGN)
         most_blocks = max(1, -(-last // BLOCK_ALIGN))
         blocks = min(most_blocks, max(1, -(-last // widest)))
         # enough blocks for every thread, and no thread with a block more than the others
@@ -104,45 +107,55 @@ class CppOuterReductions:
 
     # ---- the two forms ------------------------------------------------------------------
     def _emit_row_blocks(self, code, loop_body, epilogue, threads):
-        width, last = self.block_width, sym.to_int(self.x_sizes[-1])
+        opened, whole = self._open_row_blocks(code, threads)
         k = len(self.x_sizes) - 1
+        self._emit_r_loops(code, lambda: self._emit_block_chunks(code, loop_body, k, whole))
+        code.writeline("// the block's results: the row-wise epilogue")
+        self._emit_block_chunks(code, epilogue, k, whole)
+        self._close_blocks(code, opened)
+
+    def _open_row_blocks(self, code, threads, block_arrays=()):
+        """The skeleton of a row-block kernel up to the body of one block: the parallel
+        region (a plain scope on one thread) with each thread's accumulator rows and
+        ``block_arrays`` ((C type, name, elements per row of the block)), the
+        loops the threads share (outer row dims, blocks of the last), the accumulators
+        reset. Returns (blocks to close, whether every block is whole vectors)."""
+        width, last = self.block_width, sym.to_int(self.x_sizes[-1])
         whole = last % width == 0 and width % BLOCK_ALIGN == 0   # no block has a tail
-        code.writeline(f"#pragma omp parallel num_threads({threads})" if threads > 1 else "{")
         if threads > 1:
-            code.writeline("{")
-        with code.indent():
-            for acc, t, _, _ in self.partials:
-                code.writeline(f"alignas(64) {t} {acc}_row[{width}];")
-            split_rows = width < last   # blocks of a row: one more (collapsed) loop
-            loops = len(self.x_sizes) - 1 + split_rows
-            if threads > 1:
-                collapse = f" collapse({loops})" if loops > 1 else ""
-                code.writeline(f"#pragma omp for{collapse} schedule(static)")
-            for i, size in enumerate(self.x_sizes[:-1]):
-                code.writeline(f"for (int64_t x{i} = 0; x{i} < {size}; ++x{i}) {{")
-                code._indent += 1
-            if split_rows:
-                code.writeline(f"for (int64_t xb = 0; xb < {last}; xb += {width}) {{")
-                code._indent += 1
-                end = f"xb + {width}" if whole else f"std::min<int64_t>(xb + {width}, {last})"
-                code.writeline(f"const int64_t xb_end = {end};")
-            else:
-                code.writeline(f"const int64_t xb = 0, xb_end = {last};   // the whole row")
-            for acc, _, identity, _ in self.partials:
-                code.writeline(f"for (int64_t i = 0; i < {width}; ++i) {acc}_row[i] = {identity};")
-            for i, size in enumerate(self.r_sizes):
-                code.writeline(f"for (int64_t r{i} = 0; r{i} < {cexpr(size)}; ++r{i}) {{")
-                code._indent += 1
-            self._emit_block_chunks(code, loop_body, k, whole)
-            for _ in self.r_sizes:
-                code._indent -= 1
-                code.writeline("}")
-            code.writeline("// the block's results: the row-wise epilogue")
-            self._emit_block_chunks(code, epilogue, k, whole)
-            for _ in range(loops):
-                code._indent -= 1
-                code.writeline("}")
-        code.writeline("}")
+            code.writeline(f"#pragma omp parallel num_threads({threads})")
+        code.writeline("{")
+        code._indent += 1
+        for acc, t, _, _ in self.partials:
+            code.writeline(f"alignas(64) {t} {acc}_row[{width}];")
+        for t, name, per_row in block_arrays:   # whole vectors: a tail chunk's tile spans kVecLanes rows
+            code.writeline(f"alignas(64) {t} {name}[{-(-width // BLOCK_ALIGN) * BLOCK_ALIGN * per_row}];")
+        split_rows = width < last   # blocks of a row: one more (collapsed) loop
+        loops = len(self.x_sizes) - 1 + split_rows
+        if threads > 1:
+            collapse = f" collapse({loops})" if loops > 1 else ""
+            code.writeline(f"#pragma omp for{collapse} schedule(static)")
+        for i, size in enumerate(self.x_sizes[:-1]):
+            code.writeline(f"for (int64_t x{i} = 0; x{i} < {size}; ++x{i}) {{")
+            code._indent += 1
+        if split_rows:
+            code.writeline(f"for (int64_t xb = 0; xb < {last}; xb += {width}) {{")
+            code._indent += 1
+            end = f"xb + {width}" if whole else f"std::min<int64_t>(xb + {width}, {last})"
+            code.writeline(f"const int64_t xb_end = {end};")
+        else:
+            code.writeline(f"const int64_t xb = 0, xb_end = {last};   // the whole row")
+        for acc, _, identity, _ in self.partials:
+            code.writeline(f"for (int64_t i = 0; i < {width}; ++i) {acc}_row[i] = {identity};")
+        return loops + 1, whole
+
+    def _emit_r_loops(self, code, emit_body):
+        """The loops over the reduced dims around what ``emit_body`` writes."""
+        for i, size in enumerate(self.r_sizes):
+            code.writeline(f"for (int64_t r{i} = 0; r{i} < {cexpr(size)}; ++r{i}) {{")
+            code._indent += 1
+        emit_body()
+        self._close_blocks(code, len(self.r_sizes))
 
     def _emit_block_chunks(self, code, inner, k, whole):
         code.writeline(f"for (int64_t x{k} = xb; x{k} < xb_end; x{k} += tf::kVecLanes) {{")

@@ -180,3 +180,38 @@ def test_row_softmax_of_a_transposed_input(shape, dtype):
     writer = {torch.bfloat16: "store_tile_transposed_bf16(", torch.float16: "store_tile_transposed_half("}
     assert writer.get(dtype, "store_tile_transposed(") in kernels
     assert "vscatter" not in kernels
+
+
+def _rms_and_range(a, w):
+    # two loops over the reduced dim (sum of squares, then the normalized row), a statistic
+    # stored as an output, max/min reductions and a row-wise value reused by the last loop
+    h = a.float()
+    ms = h.pow(2).mean(-1, keepdim=True)
+    spread = a.amax(-1, keepdim=True) - a.amin(-1, keepdim=True)
+    return (h * torch.rsqrt(ms + 1e-6)).to(a.dtype) * w, ms, a * spread + torch.sigmoid(spread), \
+        torch.nn.functional.layer_norm(a, a.shape[-1:], w)   # row-major output: block tiles written transposed
+
+
+@pytest.mark.parametrize("make", [
+    lambda dt: rand(48, 64, dtype=dt).t(),                  # whole vectors, one block
+    lambda dt: rand(21, 37, dtype=dt).t(),                  # 37 rows: a partial vector
+    lambda dt: rand(1000, 300, dtype=dt).t(),               # blocks of rows (the input exceeds one block)
+    lambda dt: rand(50, 70, dtype=dt).t()[3:40, 5:45],      # a sliced transposed view
+    lambda dt: rand(3, 33, 40, dtype=dt).transpose(1, 2),   # an outer row dim
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_row_blocks_of_loops_over_a_strided_reduced_dim(make, dtype, threads, monkeypatch, tmp_path):
+    # the lanes are rows and the kernel has several loops: each loop walks the reduced dim
+    # once per block of rows, row-wise values kept in block arrays (row_blocks.py)
+    monkeypatch.setattr("cpu_backend.scheduling.default_num_threads", lambda: threads)
+    monkeypatch.setattr(tritonfuse.config, "cache_dir", str(tmp_path))   # its key has torch's threads
+    x = make(dtype)
+    w = rand(x.shape[-1], dtype=dtype)
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=5e-2, rtol=2e-2)
+    sources = check(_rms_and_range, x, w, **tol)
+    kernels = "\n".join(sources[1:])
+    assert "_blk[" in kernels and "_row[" in kernels and "store_tile_transposed" in kernels, kernels
+    for kernel in kernels.split('extern "C"'):
+        if "xb_end" in kernel:   # a row-block kernel
+            assert "vscatter" not in kernel and "vgather" not in kernel, kernel
