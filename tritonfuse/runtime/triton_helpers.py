@@ -68,12 +68,12 @@ def _nan_of_rows(values, axis: tl.constexpr, reduced):
 
 @triton.jit
 def max2_interpreted(values, axis: tl.constexpr):
-    return _nan_of_rows(values, axis, tl.max(values, axis))
+    return _nan_of_rows(values, axis, tl.max(values, axis).to(values.dtype))   # (ints below 32 bits widen)
 
 
 @triton.jit
 def min2_interpreted(values, axis: tl.constexpr):
-    return _nan_of_rows(values, axis, tl.min(values, axis))
+    return _nan_of_rows(values, axis, tl.min(values, axis).to(values.dtype))
 
 
 @triton.jit
