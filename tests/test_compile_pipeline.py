@@ -419,3 +419,37 @@ def test_compile_seconds_by_phase(device, monkeypatch):
     assert all(seconds >= 0 for seconds in phases.values())
     uses_triton = device == "cuda" or tf_config.cpu_backend == "triton"
     assert ("first_run" in phases) == uses_triton, phases
+
+
+FIRST_COMPILE_SCRIPT = """
+import importlib.abc, sys, torch
+from torch.fx.experimental import proxy_tensor
+import tritonfuse
+from tritonfuse import metrics
+
+imported_in_trace = []
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.startswith(("tritonfuse", "cpu_backend")) and proxy_tensor.get_proxy_mode() is not None:
+            imported_in_trace.append(name)
+        return None
+sys.meta_path.insert(0, Watch())
+
+emb, lin = torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50)
+step = lambda ids: torch.nn.functional.cross_entropy(lin(emb(ids) * torch.tensor(0.5)).flatten(0, 1),
+                                                      ids.flatten())
+ids = torch.randint(0, 50, (2, 8))
+torch.compile(step, backend="tritonfuse")(ids).backward()
+print(metrics.eager_graphs, imported_in_trace)
+"""
+
+
+def test_a_first_compile_imports_nothing_of_tritonfuse_inside_the_trace(tmp_path):
+    """The first compile of a process (a training step whose backward decomposes the
+    embedding's gradient): tritonfuse's modules are imported before aot_autograd traces,
+    not by a decomposition inside the trace, where a module that made a tensor at import
+    put it in the user's graph and the graph ran eagerly (BERT, GPT-2, Llama, T5)."""
+    env = dict(os.environ, TRITONFUSE_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", FIRST_COMPILE_SCRIPT], capture_output=True, text=True,
+                         env=env, timeout=600, check=True).stdout.strip().splitlines()[-1]
+    assert out == "0 []", out   # no eager graph, no module imported while a trace ran

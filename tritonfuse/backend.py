@@ -137,6 +137,14 @@ def tritonfuse_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, opti
     from torch._dynamo.backends.common import aot_autograd
     from .decompositions import decomposition_table
     from .runtime.cudagraphs import BackwardTracker
+    # Everything a compile uses is imported now, before aot_autograd traces: a module first
+    # imported by a decomposition inside the trace runs its top level there, and a tensor it
+    # makes (torch.tensor(...)) lands in the user's graph (aot_autograd then refuses it).
+    from . import compile_fx, lowering  # noqa: F401
+    from .codegen.registry import get_scheduling_class
+    for device_type in {v.device.type for v in example_inputs if isinstance(v, torch.Tensor)}:
+        with contextlib.suppress(KeyError):   # (an unsupported device: the compile says so)
+            get_scheduling_class(device_type)
     compile_options = CompileOptions.from_torch_compile(mode, options)
     cudagraphs = BackwardTracker() if compile_options.cudagraphs else None
     with compiling():   # aot_autograd's make_fx trace too: see compile_lock.py

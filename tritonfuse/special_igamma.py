@@ -19,6 +19,7 @@ terms of its polynomial in eta that can reach 1e-20 of the sum where the expansi
 (_asymptotic_terms), where Math.h sums until a term vanishes against the sum.
 """
 import math
+import struct
 
 import torch
 
@@ -227,7 +228,9 @@ LANCZOS_G = 6.024680040776729583740234375
 EXP1 = 2.718281828459045
 MAXLOG = {torch.float64: 7.09782712893383996843E2, torch.float32: 88.72283905206835}
 MACHEP = {torch.float64: 1.11022302462515654042E-16, torch.float32: 5.9604644775390625E-8}
-TWO_PI_FLOAT = 2.0 * float(torch.tensor(math.pi, dtype=torch.float32))   # Math.h's 2 * c10::pi<float>
+# Math.h's 2 * c10::pi<float>: pi rounded to float32 (struct, not a tensor: this module may be
+# imported while Dynamo traces, where a tensor made at import lands in the user's graph)
+TWO_PI_FLOAT = 2.0 * struct.unpack("f", struct.pack("f", math.pi))[0]
 
 
 def _c(value, dtype):
