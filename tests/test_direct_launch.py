@@ -190,11 +190,15 @@ def generated_as_cuda(fake_gpu, monkeypatch):
     return fake_gpu
 
 
-def layers(x, w):
-    """Three identical layers (a matmul between them keeps their kernels apart)."""
+EYE = torch.eye(16)
+
+
+def layers(x, w, eye=EYE):
+    """Three identical layers (a matmul between them keeps their kernels apart; the
+    identity is an input: torch.eye in the graph would be a kernel of its own)."""
     for _ in range(3):
         x = torch.softmax(torch.relu(x) * w, dim=-1) + 1.0
-        x = x @ torch.eye(x.shape[-1], dtype=x.dtype)
+        x = x @ eye
     return x
 
 
@@ -202,10 +206,10 @@ def test_generated_kernels_compile_ahead_once_and_launch_directly(generated_as_c
     compiled_binaries, launches = generated_as_cuda
     x, w = torch.randn(8, 16), torch.randn(16)
     compiled = torch.compile(layers, backend="tritonfuse")
-    torch.testing.assert_close(compiled(x, w), layers(x, w))
+    torch.testing.assert_close(compiled(x, w, EYE), layers(x, w, EYE))
     assert metrics.eager_graphs == 0 and kernel_count() == 3 and metrics.kernel_dedup_hits == 2
     assert len(compiled_binaries) == metrics.triton_compilations == 1   # one kernel, one config
-    torch.testing.assert_close(compiled(x, w), layers(x, w))
+    torch.testing.assert_close(compiled(x, w, EYE), layers(x, w, EYE))
     assert len(compiled_binaries) == 1 and len(launches) == 6
 
 
@@ -214,16 +218,16 @@ def test_generated_kernels_of_symbolic_sizes_launch_directly(generated_as_cuda):
     w = torch.randn(16)
     compiled = torch.compile(layers, backend="tritonfuse", dynamic=True)
     x = torch.randn(10, 16)
-    torch.testing.assert_close(compiled(x, w), layers(x, w))
+    torch.testing.assert_close(compiled(x, w, EYE), layers(x, w, EYE))
     assert metrics.eager_graphs == 0 and metrics.symbolic_graphs == 1 and metrics.kernel_dedup_hits == 2
     compiles = len(compiled_binaries)
     assert compiles == metrics.triton_compilations == 1          # compiled ahead, for 10 rows
     for rows in (15, 9):                         # the bucket of 10 rows, the class of its sizes
         x = torch.randn(rows, 16)
-        torch.testing.assert_close(compiled(x, w), layers(x, w))
+        torch.testing.assert_close(compiled(x, w, EYE), layers(x, w, EYE))
     assert len(compiled_binaries) == compiles and len(launches) == 9
     x = torch.randn(3, 16)                       # another bucket
-    torch.testing.assert_close(compiled(x, w), layers(x, w))
+    torch.testing.assert_close(compiled(x, w, EYE), layers(x, w, EYE))
 
 
 def test_generated_kernels_take_host_scalars(generated_as_cuda, monkeypatch):
