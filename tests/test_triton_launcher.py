@@ -369,6 +369,7 @@ def test_cache_hit_in_a_second_process(tmp_path):
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 def test_cuda_fast_launch_handles_new_and_misaligned_tensors(monkeypatch):
     n = 1000
+    monkeypatch.setattr(tf_config, "autotune", "max")   # "default" gives a kernel this small one config
     launcher = launcher_for(POINTWISE, "pointwise", {"x": n}, [2], "cuda")
     a, b, out = (torch.randn(n, device="cuda") for _ in range(3))
     launcher.run(a, b, out, n)

@@ -18,6 +18,7 @@ from .. import special_airy
 from .. import special_bessel as bessel
 from .. import special_igamma
 from .. import special_polynomials
+from ..ir import TensorBox
 from ..virtualized import ops
 from .pointwise import register_pointwise
 from .registry import (
@@ -65,12 +66,24 @@ register_pointwise(aten.logaddexp2, composite.logaddexp2, DEFAULT)
 register_pointwise(aten.heaviside, composite.heaviside, DEFAULT)
 register_pointwise(aten.special_xlog1py, composite.xlog1py, INT_TO_FLOAT)
 
+def _register_polynomial(name):
+    """The degree's conversion to int64 is the device's (special_polynomials.py): CUDA
+    saturates, x86 gives INT64_MIN."""
+    body = getattr(special_polynomials, name)
+
+    @register_lowering(getattr(aten, f"special_{name}"), broadcast=True, type_promotion=INT_TO_FLOAT)
+    def lowering(*args, compute_dtype, result_dtype):
+        saturating = any(isinstance(a, TensorBox) and a.get_device().type == "cuda" for a in args)
+        return make_pointwise(lambda x, n: body(x, n, compute_dtype, saturating=saturating), args,
+                              compute_dtype, result_dtype, origin=name)
+
+
 # loops whose trip count is a value: the orthogonal polynomials P_n(x), Hurwitz zeta, Airy Ai
 for _name in ("chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w",
               "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u",
               "shifted_chebyshev_polynomial_v", "shifted_chebyshev_polynomial_w", "hermite_polynomial_h",
               "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p"):
-    register_pointwise(getattr(aten, f"special_{_name}"), getattr(special_polynomials, _name), INT_TO_FLOAT)
+    _register_polynomial(_name)
 register_pointwise(aten.special_zeta, lambda x, q, dtype: ops.zeta(x, q), INT_TO_FLOAT)   # a loop primitive
 register_pointwise(aten.special_airy_ai, special_airy.airy_ai, INT_TO_FLOAT)
 register_pointwise(aten.igamma, special_igamma.igamma, INT_TO_FLOAT)
