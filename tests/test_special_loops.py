@@ -54,9 +54,9 @@ def test_polynomial_matches_eager(device, name, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_saturated_degrees_on_cuda(device, dtype):
-    """CUDA converts a NaN degree to 0 and +-inf or |n| >= 2**63 to INT64_MAX / MIN (x86
-    gives INT64_MIN for all of them: the other columns' grid covers that): the cases where
-    eager answers without its 2**63-step loop (x = +-1, Hermite's limit, n NaN)."""
+    """CUDA converts +inf and n >= 2**63 to INT64_MAX (x86 gives INT64_MIN, as both do for
+    NaN and -inf: the other columns' grid covers that): the cases where eager answers
+    without its 2**63-step loop (x = +-1, Hermite's limit, n NaN or negative)."""
     if torch.device(device).type != "cuda":
         pytest.skip("CUDA's float-to-int64 conversion")
     x = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 0.5, 2.0, -0.75], dtype=dtype, device=device)

@@ -12,9 +12,9 @@ tritonfuse/runtime/triton_special.py).
 The degree is a float tensor in eager too, read as ``static_cast<int64_t>(n)``, truncated,
 which each device converts its own way where it is NaN or out of int64's range:
 - CPU (x86): INT64_MIN, negative, so P = 0;
-- CUDA (PTX ``cvt.rzi``, saturating): NaN gives 0; +inf and n >= 2**63 give INT64_MAX, an
-  odd degree whose ``n + 1`` and ``n + n + 1`` wrap around in int64 as eager's do; -inf
-  and n <= -2**63 give INT64_MIN. Where such a degree reaches the recurrence, eager's CUDA
+- CUDA (saturating): +inf and n >= 2**63 give INT64_MAX, an odd degree whose ``n + 1`` and
+  ``n + n + 1`` wrap around in int64 as eager's do; NaN, -inf and n <= -2**63 give
+  INT64_MIN (P = 0), as on x86 (measured on an H200). Where such a degree reaches the recurrence, eager's CUDA
   kernel steps 2**63 times (it ends only where a NaN check stops it); those lanes give NaN.
 Lanes that take a special case run the loop with n = 0 (no steps). Where eager's result is
 undefined (x NaN: Math.h returns an unset variable) this gives NaN; the closed forms for
@@ -41,8 +41,8 @@ class _Degree:
         in_range = ops.lt(ops.abs(n), _c(INT64_LIMIT, dtype))       # false for NaN and inf
         if saturating:
             self.saturated = ops.logical_and(ops.logical_not(in_range), ops.gt(n, _c(0.0, dtype)))
-            low = ops.where(ops.isnan(n), _c(0.0, dtype), _c(-INT64_LIMIT, dtype))
-            self.n = ops.where(in_range, ops.trunc(n), ops.where(self.saturated, _c(INT64_LIMIT, dtype), low))
+            self.n = ops.where(in_range, ops.trunc(n),
+                               ops.where(self.saturated, _c(INT64_LIMIT, dtype), _c(-INT64_LIMIT, dtype)))
             # INT64_MAX is odd; 2**63 (its value as a float) is even
             self.even = ops.logical_and(ops.logical_not(self.saturated),
                                         ops.eq(ops.mod(self.n, _c(2.0, dtype)), _c(0.0, dtype)))
