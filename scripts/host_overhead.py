@@ -87,7 +87,7 @@ def install_launch_stub() -> None:
 
 # --- the steps ----------------------------------------------------------------------------
 
-def compiled_steps(model: str, backend: str, mode: str, lengths: list[int] | None, batch: int):
+def compiled_steps(model: str, backend: str, mode: str, lengths: list[int] | None, batch: int, length: int):
     """steps(n): n calls of the compiled step (with .backward() in "train" mode)."""
     spec = mz.text_model(model)
     dev = torch.device("cpu")
@@ -97,7 +97,7 @@ def compiled_steps(model: str, backend: str, mode: str, lengths: list[int] | Non
         out = compiled(mz.make_batch(spec, mode, dev, torch.float32, batch=batch, length=length))
         if mode == "train":
             out.backward()
-    inputs = mz.make_batch(spec, mode, dev, torch.float32, batch=batch, length=lengths[-1] if lengths else 8)
+    inputs = mz.make_batch(spec, mode, dev, torch.float32, batch=batch, length=lengths[-1] if lengths else length)
 
     def steps(n: int) -> None:
         for _ in range(n):
@@ -137,6 +137,7 @@ def main(argv=None) -> None:
     parser.add_argument("--model", default="llama-gqa")
     parser.add_argument("--backend", default="tritonfuse", choices=["tritonfuse", "inductor", "eager"])
     parser.add_argument("--dynamic", default="", help="comma-separated lengths: dynamic=True, timed at the last")
+    parser.add_argument("--length", type=int, default=16, help="the static step's length")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--top", type=int, default=25, help="cProfile rows (0: no profile)")
@@ -148,11 +149,10 @@ def main(argv=None) -> None:
         install_launch_stub()
     torch.set_num_threads(1)
     lengths = [int(v) for v in args.dynamic.split(",") if v] or None
-    backend = "tritonfuse" if args.backend == "tritonfuse" else args.backend
     what = f"{args.model} {args.backend} cpu_backend={tritonfuse.config.cpu_backend} " \
            f"{'dynamic ' + args.dynamic if lengths else 'static'}{' stub-launch' if args.stub_launch else ''}"
     for mode in args.modes.split(","):
-        steps = compiled_steps(args.model, backend, mode, lengths, args.batch)
+        steps = compiled_steps(args.model, args.backend, mode, lengths, args.batch, args.length)
         print(f"== {what} {mode}: {us_per_step(steps, args.steps):.0f} us/step (best of 5 x {args.steps})",
               flush=True)
         if args.top and mode == "train":

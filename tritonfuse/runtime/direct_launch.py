@@ -65,7 +65,7 @@ def make_direct_launch(jit_fn, kernel, argspec: ArgSpec, cfg: Config, slow: Call
         run = kernel.run                       # loads the binary (raises if it cannot run)
         function, packed = kernel.function, kernel.packed_metadata
         get_stream = driver.active.get_current_stream
-        get_device = driver.active.get_current_device
+        get_device = _current_device_reader(driver.active.get_current_device)
         device = get_device()
         runtime_knobs = knobs.runtime
     except (AttributeError, ImportError, TypeError) as e:  # an optimisation only
@@ -103,6 +103,16 @@ def make_direct_launch(jit_fn, kernel, argspec: ArgSpec, cfg: Config, slow: Call
         run(grid01[0], grid01[1], 1, get_stream(device), function, packed, None, None, None, *call_args, *tail)
 
     return fast_launch
+
+
+def _current_device_reader(get_current_device: Callable[[], int]) -> Callable[[], int]:
+    """The driver's current-device function, or torch's C function under it where it is
+    torch.cuda.current_device (which first checks that CUDA is initialized: a loaded
+    binary means it is): one launch asks for the device once."""
+    import torch
+    if get_current_device is torch.cuda.current_device and hasattr(torch._C, "_cuda_getDevice"):
+        return torch._C._cuda_getDevice
+    return get_current_device
 
 
 def _grid_of_scalars(scalars, n_tensors: int, cfg: Config, grid) -> Callable[[tuple], tuple[int, int] | None]:
