@@ -11,9 +11,11 @@ step is compiled with dynamic=True, called once at each length, and timed at the
 
 The host side of a compiled graph is the same code on CPU and GPU but for the launches.
 With TRITONFUSE_CPU_BACKEND=triton, CPU tensors run Triton kernels in the interpreter,
-which is slow; --stub-launch runs each launcher's first launch for real and then replaces
-its launches with the direct launch that GPU kernels get (runtime/direct_launch.py) around a
-binary that does nothing, so that the profile shows the GPU path's launcher layers.
+which is slow; --stub-launch runs no kernel: every launch goes through the direct launch
+that GPU kernels get (runtime/direct_launch.py) around a binary that does nothing, so that
+the profile shows the GPU path's launcher layers (the results are garbage; arguments
+that the first binary does not fit, which on a GPU get a binary of their own, launch nothing
+at once).
 """
 import argparse
 import cProfile
@@ -55,8 +57,8 @@ class _CpuDriver:
 
 
 def install_launch_stub() -> None:
-    """Interpreted launchers (CPU tensors, TRITONFUSE_CPU_BACKEND=triton) run their first
-    launch in the interpreter, then launch through make_direct_launch around _NoBinary."""
+    """Launchers of CPU tensors (TRITONFUSE_CPU_BACKEND=triton) launch through
+    make_direct_launch around _NoBinary from their first launch on."""
     from triton.runtime.driver import driver
     from tritonfuse.runtime import async_compile, dynamic_launcher, triton_launcher
     from tritonfuse.runtime.direct_launch import make_direct_launch
@@ -65,21 +67,20 @@ def install_launch_stub() -> None:
     def jit_function(launcher):
         return triton_launcher.load_kernel(launcher.name, launcher.source, tritonfuse.config.cache_dir)
 
-    first_launch = triton_launcher.TritonLauncher._first_launch
-
     def stub_first_launch(self, args):
-        first_launch(self, args)
+        """The first launch, but for running the kernel: the first candidate config."""
+        self._load()
+        self._candidates = self.candidates
+        self.chosen_config = self._candidates[0]
         self._stub_argspec = async_compile.ArgSpec.of_args(args)
         if isinstance(self, dynamic_launcher._BucketLauncher):
             return   # its _sized() makes the later launches
-        slow = self.run
         self.run = make_direct_launch(jit_function(self), _NoBinary(), self._stub_argspec, self.chosen_config,
-                                      slow, self.grid(self.chosen_config)) or slow
+                                      _NoBinary.run, self.grid(self.chosen_config)) or _NoBinary.run
 
     def stub_sized(self, cfg):
-        general = self._general(cfg)
-        return make_direct_launch(jit_function(self), _NoBinary(), self._stub_argspec, cfg, general,
-                                  self._grid(len(self._stub_argspec.args))) or general
+        return make_direct_launch(jit_function(self), _NoBinary(), self._stub_argspec, cfg, _NoBinary.run,
+                                  self._grid(len(self._stub_argspec.args))) or _NoBinary.run
 
     triton_launcher.TritonLauncher._first_launch = stub_first_launch
     dynamic_launcher._BucketLauncher._sized = stub_sized
@@ -153,8 +154,11 @@ def main(argv=None) -> None:
            f"{'dynamic ' + args.dynamic if lengths else 'static'}{' stub-launch' if args.stub_launch else ''}"
     for mode in args.modes.split(","):
         steps = compiled_steps(args.model, args.backend, mode, lengths, args.batch, args.length)
-        print(f"== {what} {mode}: {us_per_step(steps, args.steps):.0f} us/step (best of 5 x {args.steps})",
-              flush=True)
+        timing = us_per_step(steps, args.steps)
+        from tritonfuse import metrics
+        print(f"== {what} {mode}: {timing:.0f} us/step (best of 5 x {args.steps}); tritonfuse so far: "
+              f"{metrics.symbolic_graphs} symbolic graphs, {metrics.static_specializations} per-shape compiles, "
+              f"{metrics.eager_graphs} eager graphs", flush=True)
         if args.top and mode == "train":
             print(profile(steps, args.steps, args.top))
 

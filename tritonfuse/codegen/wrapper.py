@@ -88,6 +88,22 @@ def _launcher_literal(value) -> str:
     return repr(value)
 
 
+def _only_cuda_index(graph) -> int | None:
+    """The index of the one CUDA device that `graph`'s buffers and inputs are on, if that
+    is all of them but CPU ones and torch has the allocator that Inductor's wrappers use
+    too (the generated call then runs under that device's guard and allocates through
+    `empty_strided_cuda`, which takes the current device and skips torch.empty_strided's
+    Python argument parsing); else None."""
+    from ..runtime.wrapper_helpers import empty_strided_cuda
+    buffers = [*graph.graph_inputs.values(), *graph.name_to_buffer.values()]
+    devices = {getattr(getattr(b, "layout", None), "device", None) for b in buffers}
+    cuda = {d for d in devices if d is not None and d.type != "cpu"}
+    if empty_strided_cuda is None or len(cuda) != 1:
+        return None
+    (device,) = cuda
+    return device.index if device.type == "cuda" else None
+
+
 class WrapperCodeGen:
     def __init__(self, graph):
         self.graph = graph
@@ -100,6 +116,7 @@ class WrapperCodeGen:
         self.allocated = set()
         self.module_imports = set()
         self.memory_plan = MemoryPlan()   # set by the compile pipeline before code generation
+        self.cuda_index = _only_cuda_index(graph)   # set: call() runs on that device (DeviceGuard)
 
     # ---- used by backends -------------------------------------------------------------
     def kernel_name(self, prefix, origins) -> str:
@@ -183,6 +200,8 @@ class WrapperCodeGen:
             return
         if layout.device.type == "cpu":
             self.writeline(f"{buffer.name} = empty_strided_cpu({size}, {stride}, {layout.dtype})")
+        elif layout.device.type == "cuda" and layout.device.index == self.cuda_index:
+            self.writeline(f"{buffer.name} = empty_strided_cuda({size}, {stride}, {layout.dtype})")
         else:
             self.writeline(f"{buffer.name} = empty_strided({size}, {stride}, device={str(layout.device)!r}, "
                            f"dtype={layout.dtype})")
@@ -237,8 +256,8 @@ class WrapperCodeGen:
         code = IndentedBuffer()
         code.writeline(f"# tritonfuse generated code for {graph.graph_id}")
         code.writeline("import torch")
-        code.writeline("from tritonfuse.runtime.wrapper_helpers import empty_strided, empty_strided_cpu, ensure_layout, "
-                       "reinterpret_tensor")
+        code.writeline("from tritonfuse.runtime.wrapper_helpers import empty_strided, empty_strided_cpu, "
+                       "empty_strided_cuda, ensure_layout, reinterpret_tensor")
         if "triton" in self.module_imports:
             code.writeline("from tritonfuse.runtime.heuristics import Config")
             code.writeline("from tritonfuse.runtime.dynamic_launcher import DynamicTritonLauncher")
@@ -248,7 +267,15 @@ class WrapperCodeGen:
         code.writeline("")
         if self.memory_plan.overwritten_inputs:   # donated inputs written over (memory_planning.py)
             code.writeline(f"OVERWRITTEN_INPUTS = {self.memory_plan.overwritten_inputs!r}")
-        code.writeline("def call(args):")
+        if self.cuda_index is not None:
+            code.writeline("def call(args):")
+            with code.indent():
+                code.writeline(f"with torch.cuda._DeviceGuard({self.cuda_index}):   # where empty_strided_cuda "
+                               "allocates")
+                code.writeline("    return call_on_device(args)")
+            code.writeline("")
+            code.writeline("")
+        code.writeline("def call_on_device(args):" if self.cuda_index is not None else "def call(args):")
         with code.indent():
             names = list(graph.input_order)
             if names:
