@@ -52,3 +52,21 @@ def test_a_cpu_graph_is_unchanged(monkeypatch):
     code = _generate(monkeypatch, "cpu")
     assert "_DeviceGuard" not in code and "def call(args):" in code and "call_on_device" not in code
     assert wrapper_module._only_cuda_index(_graph("cpu")[0]) is None
+
+
+def test_gemm_fallbacks_call_the_torch_function_of_the_same_overload():
+    """torch.mm & co. bind the overload generated code names (default, or out with out=);
+    other ops keep torch.ops."""
+    from tritonfuse.codegen.wrapper import TORCH_FUNCTION_OPS, op_call_reference
+    aten = torch.ops.aten
+    a, b, c = torch.randn(2, 3), torch.randn(3, 4), torch.randn(2, 4)
+    for name in TORCH_FUNCTION_OPS:
+        assert op_call_reference(getattr(aten, name).default) == f"torch.{name}"
+        assert op_call_reference(getattr(aten, name).out) == f"torch.{name}"
+    assert op_call_reference(aten.convolution.default) == "torch.ops.aten.convolution.default"
+    assert op_call_reference(aten.mm.dtype) == "torch.ops.aten.mm.dtype"
+    out = torch.empty(2, 4)
+    torch.addmm(c, a, b, beta=0.5, alpha=1, out=out)
+    torch.testing.assert_close(out, aten.addmm.default(c, a, b, beta=0.5, alpha=1))
+    x, y = torch.randn(2, 2, 3), torch.randn(2, 3, 4)
+    torch.testing.assert_close(torch.baddbmm(torch.zeros(2, 2, 4), x, y, beta=1, alpha=2), aten.bmm.default(x, y) * 2)

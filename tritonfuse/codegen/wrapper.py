@@ -25,8 +25,8 @@ def _shape(values):
 # parses the arguments in C++, about 3 us a call less than torch.ops' schema-driven
 # parsing (as Inductor's extern_kernels.mm etc. do). Each has no overload but default and
 # out that the arguments generated code passes could bind (the out_dtype forms need an
-# out_dtype argument).
-TORCH_FUNCTION_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm", "convolution"})
+# out_dtype argument), and its binding takes out=. (torch.convolution takes no out=.)
+TORCH_FUNCTION_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm"})
 
 
 def op_reference(op) -> str:
