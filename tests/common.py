@@ -68,8 +68,8 @@ def _clone(value):
 
 
 def allocation_count(wrapper: str) -> int:
-    """Buffers a generated wrapper allocates (empty_strided, or its CPU fast path)."""
-    return len(re.findall(r"= empty_strided(?:_cpu)?\(", wrapper))
+    """Buffers a generated wrapper allocates (empty_strided, or its CPU or CUDA fast path)."""
+    return len(re.findall(r"= empty_strided(?:_cpu|_cuda)?\(", wrapper))
 
 
 def kernel_count():

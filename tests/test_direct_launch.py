@@ -247,3 +247,29 @@ def test_generated_kernels_take_host_scalars(generated_as_cuda, monkeypatch):
             x, scale = torch.randn(5, 16), torch.tensor(value)
             torch.testing.assert_close(compiled(x, scale), fn(x, scale))
     assert metrics.eager_graphs == 0 and len(compiled_binaries) == 1
+
+
+def test_sizes_seen_before_skip_the_checks_but_keep_their_grid(fake_gpu, monkeypatch):
+    """The integer arguments are classified, and the grid computed, once per distinct set:
+    repeated sizes look both up; sizes of another class still get their own binary."""
+    from tritonfuse.runtime import direct_launch
+    compiled, launches = fake_gpu
+    classified = []
+
+    def counting_scalar_class(value):
+        classified.append(value)
+        return async_compile.scalar_class(value)
+    monkeypatch.setattr(direct_launch, "scalar_class", counting_scalar_class)
+    launcher = DynamicTritonLauncher("triton_poi_direct_add_0", ADD, "pointwise", None, [2], "cuda",
+                                     pointer_dtypes=(torch.float32,) * 3, device_index=0, example_scalars=(1000,))
+    sizes = [1000, 1003, 1000, 1003, 1000, 1008, 1008, 1003]
+    for n in sizes:
+        a, b, out = torch.randn(n), torch.randn(n), torch.empty(n)
+        launcher.run(a, b, out, n)
+        torch.testing.assert_close(out, a + b)
+    # 1000: by the bucket's first launch and its later one; 1008: by the first binary's
+    # launch (it does not fit) and by the launch of its own binary
+    assert classified.count(1000) == 2 and classified.count(1003) == 1 and classified.count(1008) == 2
+    assert len(compiled) == 2                        # 1008 (divisible by 16): its own binary
+    xblock = launcher.by_bucket[(10,)].chosen_config.kwargs["XBLOCK"]
+    assert [grid for grid, _ in launches] == [(-(-n // xblock), 1, 1) for n in sizes]

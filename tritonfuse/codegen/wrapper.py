@@ -21,11 +21,29 @@ def _shape(values):
     return "(" + "".join(f"{pexpr(v)}, " for v in values) + ")"
 
 
+# aten ops that generated code calls through their torch.* function: its Python binding
+# parses the arguments in C++, about 3 us a call less than torch.ops' schema-driven
+# parsing (as Inductor's extern_kernels.mm etc. do). Each has no overload but default and
+# out that the arguments generated code passes could bind (the out_dtype forms need an
+# out_dtype argument), and its binding takes out=. (torch.convolution takes no out=.)
+TORCH_FUNCTION_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm"})
+
+
 def op_reference(op) -> str:
     """Python source naming an aten op or a higher-order op (``with_effects``)."""
     if isinstance(op, torch._ops.HigherOrderOperator):
         return f"torch.ops.higher_order.{op.name()}"
     return f"torch.ops.{op}"
+
+
+def op_call_reference(op) -> str:
+    """Python source naming what generated code calls to run `op`: its torch.* function
+    for the default and out overloads of TORCH_FUNCTION_OPS, else `op_reference`."""
+    if isinstance(op, torch._ops.OpOverload) and op.namespace == "aten":
+        name = op.overloadpacket.__name__
+        if name in TORCH_FUNCTION_OPS and op._overloadname in ("default", "out") and hasattr(torch, name):
+            return f"torch.{name}"
+    return op_reference(op)
 
 
 def py_literal(value) -> str:
@@ -70,6 +88,22 @@ def _launcher_literal(value) -> str:
     return repr(value)
 
 
+def _only_cuda_index(graph) -> int | None:
+    """The index of the one CUDA device that `graph`'s buffers and inputs are on, if that
+    is all of them but CPU ones and torch has the allocator that Inductor's wrappers use
+    too (the generated call then runs under that device's guard and allocates through
+    `empty_strided_cuda`, which takes the current device and skips torch.empty_strided's
+    Python argument parsing); else None."""
+    from ..runtime.wrapper_helpers import empty_strided_cuda
+    buffers = [*graph.graph_inputs.values(), *graph.name_to_buffer.values()]
+    devices = {getattr(getattr(b, "layout", None), "device", None) for b in buffers}
+    cuda = {d for d in devices if d is not None and d.type != "cpu"}
+    if empty_strided_cuda is None or len(cuda) != 1:
+        return None
+    (device,) = cuda
+    return device.index if device.type == "cuda" else None
+
+
 class WrapperCodeGen:
     def __init__(self, graph):
         self.graph = graph
@@ -82,6 +116,7 @@ class WrapperCodeGen:
         self.allocated = set()
         self.module_imports = set()
         self.memory_plan = MemoryPlan()   # set by the compile pipeline before code generation
+        self.cuda_index = _only_cuda_index(graph)   # set: call() runs on that device (DeviceGuard)
 
     # ---- used by backends -------------------------------------------------------------
     def kernel_name(self, prefix, origins) -> str:
@@ -165,6 +200,8 @@ class WrapperCodeGen:
             return
         if layout.device.type == "cpu":
             self.writeline(f"{buffer.name} = empty_strided_cpu({size}, {stride}, {layout.dtype})")
+        elif layout.device.type == "cuda" and layout.device.index == self.cuda_index:
+            self.writeline(f"{buffer.name} = empty_strided_cuda({size}, {stride}, {layout.dtype})")
         else:
             self.writeline(f"{buffer.name} = empty_strided({size}, {stride}, device={str(layout.device)!r}, "
                            f"dtype={layout.dtype})")
@@ -179,7 +216,7 @@ class WrapperCodeGen:
         kernel = node.kernel
         args = ", ".join(py_literal(a) for a in kernel.args)
         kwargs = ", ".join(f"{k}={py_literal(v)}" for k, v in kernel.kwargs.items())
-        call = f"{op_reference(kernel.op)}({', '.join(p for p in (args, kwargs) if p)})"
+        call = f"{op_call_reference(kernel.op)}({', '.join(p for p in (args, kwargs) if p)})"
         self.writeline(f"# fallback: {kernel.op} ({kernel.reason})")
         results = [(out.name, out.path) for out in kernel.outputs] + \
                   [(str(symbol), path) for symbol, path in kernel.scalar_outputs]
@@ -204,7 +241,9 @@ class WrapperCodeGen:
         arguments = [py_literal(a) for a in args] + [f"{k}={py_literal(v)}" for k, v in kwargs.items()]
         self.writeline(f"# aten: {op} ({reason})")
         self.allocate(buffer)
-        out_overload = f"torch.ops.aten.{op.overloadpacket.__name__}.out"
+        packet = op.overloadpacket
+        out = getattr(packet, "out", None)
+        out_overload = op_call_reference(out) if out is not None else f"torch.ops.aten.{packet.__name__}.out"
         self.writeline(f"{out_overload}({', '.join(arguments + [f'out={buffer.name}'])})")
 
     def free(self, names):
@@ -217,8 +256,8 @@ class WrapperCodeGen:
         code = IndentedBuffer()
         code.writeline(f"# tritonfuse generated code for {graph.graph_id}")
         code.writeline("import torch")
-        code.writeline("from tritonfuse.runtime.wrapper_helpers import empty_strided, empty_strided_cpu, ensure_layout, "
-                       "reinterpret_tensor")
+        code.writeline("from tritonfuse.runtime.wrapper_helpers import empty_strided, empty_strided_cpu, "
+                       "empty_strided_cuda, ensure_layout, reinterpret_tensor")
         if "triton" in self.module_imports:
             code.writeline("from tritonfuse.runtime.heuristics import Config")
             code.writeline("from tritonfuse.runtime.dynamic_launcher import DynamicTritonLauncher")
@@ -228,7 +267,15 @@ class WrapperCodeGen:
         code.writeline("")
         if self.memory_plan.overwritten_inputs:   # donated inputs written over (memory_planning.py)
             code.writeline(f"OVERWRITTEN_INPUTS = {self.memory_plan.overwritten_inputs!r}")
-        code.writeline("def call(args):")
+        if self.cuda_index is not None:
+            code.writeline("def call(args):")
+            with code.indent():
+                code.writeline(f"with torch.cuda._DeviceGuard({self.cuda_index}):   # where empty_strided_cuda "
+                               "allocates")
+                code.writeline("    return call_on_device(args)")
+            code.writeline("")
+            code.writeline("")
+        code.writeline("def call_on_device(args):" if self.cuda_index is not None else "def call(args):")
         with code.indent():
             names = list(graph.input_order)
             if names:

@@ -9,8 +9,10 @@ check that its arguments still fit that spec and call the binary's launcher
     launch = make_direct_launch(jit_fn, compiled, argspec, cfg, slow, grid=(64, 1, 1))
     launch(*args)     # the binary; `slow(*args)` for arguments it does not fit
 
-A fixed `grid` serves kernels of static sizes; `GridFromSizes` computes it at each launch
-from the numel arguments, for kernels of symbolic sizes.
+A fixed `grid` serves kernels of static sizes; `GridFromSizes` computes it from the
+numel arguments, for kernels of symbolic sizes. The integer arguments are checked (their
+Triton class) and the grid computed once per distinct set of them: a launch with sizes
+seen before looks both up (`MAX_REMEMBERED_SIZES` sets per launch).
 """
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ from .async_compile import ArgSpec, scalar_class
 from .heuristics import MAX_GRID_YZ, Config
 
 log = logging.getLogger("tritonfuse.autotune")
+
+# How many sets of size arguments a launch remembers as checked, with their grid.
+MAX_REMEMBERED_SIZES = 64
+_NO_FIT = ()   # remembered for numbers that the binary does not fit
 
 
 class GridFromSizes:
@@ -59,7 +65,7 @@ def make_direct_launch(jit_fn, kernel, argspec: ArgSpec, cfg: Config, slow: Call
         run = kernel.run                       # loads the binary (raises if it cannot run)
         function, packed = kernel.function, kernel.packed_metadata
         get_stream = driver.active.get_current_stream
-        get_device = driver.active.get_current_device
+        get_device = _current_device_reader(driver.active.get_current_device)
         device = get_device()
         runtime_knobs = knobs.runtime
     except (AttributeError, ImportError, TypeError) as e:  # an optimisation only
@@ -67,12 +73,12 @@ def make_direct_launch(jit_fn, kernel, argspec: ArgSpec, cfg: Config, slow: Call
         return None
     tensors = tuple(argspec.pointers())        # (position, dtype, specialized on alignment)
     scalars = tuple(argspec.scalars())         # (position, class)
-    if isinstance(grid, GridFromSizes):
-        x_at, y_at = grid.x_position, grid.y_position
-        x_block, y_block = cfg.kwargs.get("XBLOCK", 1), cfg.kwargs.get("YBLOCK", 1)
-        fixed = None
-    else:
-        fixed = grid
+    n_tensors = len(tensors)
+    # Only the order generated code passes: tensors, then numbers (sizes, numels).
+    if any(i != position for position, (i, _, _) in enumerate(tensors)):
+        return None
+    launch_grid = _grid_of_scalars(scalars, n_tensors, cfg, grid)
+    grids: dict[tuple, tuple[int, int]] = {}   # numbers that fit the binary -> their grid
 
     def fast_launch(*call_args):
         # Launch hooks need the metadata only the general path builds. They are
@@ -86,17 +92,51 @@ def make_direct_launch(jit_fn, kernel, argspec: ArgSpec, cfg: Config, slow: Call
             t = call_args[i]
             if t.dtype is not dtype or (aligned and t.data_ptr() & 15):
                 return slow(*call_args)
-        for i, expected in scalars:
-            value = call_args[i]
-            if value != expected and scalar_class(value) != expected:
-                return slow(*call_args)
-        if fixed is None:
-            grid0 = -(-call_args[x_at] // x_block)
-            grid1 = 1 if y_at is None else -(-call_args[y_at] // y_block)
-            if grid1 > MAX_GRID_YZ:
-                return slow(*call_args)          # which says why it cannot launch
-        else:
-            grid0, grid1, _ = fixed
-        run(grid0, grid1, 1, get_stream(device), function, packed, None, None, None, *call_args, *tail)
+        numbers = call_args[n_tensors:]
+        grid01 = grids.get(numbers)
+        if grid01 is None:                     # numbers not seen yet: check and keep them
+            grid01 = launch_grid(numbers) or _NO_FIT
+            if len(grids) < MAX_REMEMBERED_SIZES:
+                grids[numbers] = grid01
+        if grid01 is _NO_FIT:
+            return slow(*call_args)              # which says why it cannot launch
+        run(grid01[0], grid01[1], 1, get_stream(device), function, packed, None, None, None, *call_args, *tail)
 
     return fast_launch
+
+
+def _current_device_reader(get_current_device: Callable[[], int]) -> Callable[[], int]:
+    """The driver's current-device function, or torch's C function under it where it is
+    torch.cuda.current_device (which first checks that CUDA is initialized: a loaded
+    binary means it is): one launch asks for the device once."""
+    import torch
+    if get_current_device is torch.cuda.current_device and hasattr(torch._C, "_cuda_getDevice"):
+        return torch._C._cuda_getDevice
+    return get_current_device
+
+
+def _grid_of_scalars(scalars, n_tensors: int, cfg: Config, grid) -> Callable[[tuple], tuple[int, int] | None]:
+    """grid_of(numbers): the launch grid's (x, y) for run()'s trailing non-tensor arguments
+    `numbers`, or None if they do not fit the binary (another integer class: `scalars` has
+    each one's class) or the grid cannot launch."""
+    checks = tuple((i - n_tensors, expected) for i, expected in scalars)
+    if isinstance(grid, GridFromSizes):
+        x_at = grid.x_position - n_tensors
+        y_at = None if grid.y_position is None else grid.y_position - n_tensors
+        x_block, y_block = cfg.kwargs.get("XBLOCK", 1), cfg.kwargs.get("YBLOCK", 1)
+    else:
+        fixed = (grid[0], grid[1])
+
+    def grid_of(numbers: tuple) -> tuple[int, int] | None:
+        for i, expected in checks:
+            value = numbers[i]
+            if value != expected and scalar_class(value) != expected:
+                return None
+        if not isinstance(grid, GridFromSizes):
+            return fixed
+        grid1 = 1 if y_at is None else -(-numbers[y_at] // y_block)
+        if grid1 > MAX_GRID_YZ:
+            return None
+        return (-(-numbers[x_at] // x_block), grid1)
+
+    return grid_of

@@ -11,9 +11,9 @@ tuning, binaries) sharing the one loaded kernel.
 
 Compiled (CUDA) kernels: binaries come from the compile pool (async_compile.py), keyed by
 the source, the config and the arguments' classes, so buckets that choose the same config
-share them. After a bucket's first launch, a launch is a dictionary lookup, the argument
-checks and the grid from the sizes, then the binary's own launcher (direct_launch.py):
-no JIT dispatch. Sizes of another class (say, not divisible by 16 where the first were)
+share them. After a bucket's first launch, a launch is a dictionary lookup by its numels, the
+tensor checks (the size arguments are checked, and the grid computed, once per distinct
+set of them), then the binary's own launcher (direct_launch.py): no JIT dispatch. Sizes of another class (say, not divisible by 16 where the first were)
 get the binary for theirs, compiled once, and are launched the same way.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 from .. import config as tf_config
 from . import async_compile, triton_launcher
-from .direct_launch import GridFromSizes, make_direct_launch
+from .direct_launch import MAX_REMEMBERED_SIZES, GridFromSizes, make_direct_launch
 from .heuristics import NUMEL_ARGS, Config, candidate_configs, is_persistent_reduction_ok, size_bucket
 from .triton_launcher import TritonLauncher
 
@@ -51,6 +51,8 @@ class DynamicTritonLauncher:
         self.numel_names = NUMEL_ARGS[kind]
         self._n_numels = len(self.numel_names)
         self.by_bucket: dict[tuple, _BucketLauncher] = {}
+        # numels seen -> their bucket's launch: a later launch at them is one lookup
+        self._launch_by_sizes: dict[tuple, Callable[..., Any]] = {}
         self._lock = threading.Lock()
         self.precompiled = False      # whether the example bucket's binaries existed already
         if device_type == "cuda" and None not in (pointer_dtypes, device_index, example_scalars):
@@ -63,16 +65,25 @@ class DynamicTritonLauncher:
         return f"DynamicTritonLauncher({self.name}, {self.kind}, buckets={list(self.by_bucket)})"
 
     def run(self, *args: Any) -> None:
-        sizes = args[-self._n_numels:]
+        launch = self._launch_by_sizes.get(args[-self._n_numels:])
+        if launch is not None:
+            return launch(*args)
+        return self._run_new_sizes(args)
+
+    def _run_new_sizes(self, args: Sequence[Any]) -> None:
+        """A launch at numels not in `_launch_by_sizes`: through their bucket's launcher,
+        made (and its config chosen) if new; its launch is remembered for these numels."""
+        sizes = tuple(args[-self._n_numels:])
         if 0 in sizes:
             return None
-        launcher = self.by_bucket.get(tuple((n - 1).bit_length() for n in sizes))
-        if launcher is not None and launcher.sized_launch is not None:
-            return launcher.sized_launch(*args)
         numels = dict(zip(self.numel_names, sizes))
+        launcher = self.by_bucket.get(tuple((n - 1).bit_length() for n in sizes))
         if launcher is None:
             launcher = self._bucket(numels)
-        return launcher.run_sized(numels, args)
+        result = launcher.run_sized(numels, args)
+        if launcher.sized_launch is not None and len(self._launch_by_sizes) < MAX_REMEMBERED_SIZES:
+            self._launch_by_sizes[sizes] = launcher.sized_launch
+        return result
 
     def _bucket(self, numels: dict[str, int], compile_for: tuple | None = None) -> "_BucketLauncher":
         """The launcher of `numels`' bucket, made if new; compile_for: (pointer_dtypes,

@@ -10,6 +10,12 @@ except ImportError:  # an older or newer torch without it
         return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
 
 
+try:   # a CUDA tensor on the current device, without the Python argument parsing
+    from torch._C._dynamo.guards import _empty_strided_cuda as empty_strided_cuda
+except ImportError:  # generated code calls torch.empty_strided instead
+    empty_strided_cuda = None
+
+
 try:   # ``tensor`` seen through another strided layout, ``offset`` relative to its data: ~0.6 us, not ~1.3
     from torch._C._dynamo.guards import _reinterpret_tensor as reinterpret_tensor
 except ImportError:
