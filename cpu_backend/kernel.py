@@ -40,13 +40,15 @@ from .common import (
 from .loop_nest import OUT_TILE_STEPS, CppLoopNest
 from .outer_reduction import CppOuterReductions
 from .overrides import CPP_CHECKED_DIVISION, CPP_OPS, cpp_op, cpp_result_dtype, is_integer
+from .read_cache import CppReadCache
 from .reductions import CppReductions
 from .row_blocks import CppRowBlocks, _Decline
 from .scan import CppScans
 from .scatter import CppScatter
 
 
-class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReductions, CppScans, CppScatter):
+class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReadCache, CppReductions, CppScans,
+                CppScatter):
     def __init__(self, group, internal, graph, name, num_threads, in_place=None, row_blocks=True):
         self.init_args = (group, internal, graph, name, num_threads, in_place)
         self.no_row_blocks = not row_blocks
@@ -93,6 +95,7 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReductions, Cp
         self.plan = None
         self.node_kind = None
         self.checks_division = False   # an integer division: the kernel returns zero_division
+        self._init_read_cache()
 
     # ---- analysis ---------------------------------------------------------------------
     def _choose_vector_axis(self, layouts):
@@ -154,6 +157,12 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReductions, Cp
         body = IndentedBuffer()
         if self.axis == "x":
             self._emit_vector_x_chunk(body)
+            if self.read_cache is None and (cached := self._reads_worth_caching()):
+                again = type(self)(*self.init_args, row_blocks=False)
+                again.read_cache = cached
+                source = again._generate()
+                self.__dict__.update(again.__dict__)
+                return source
         else:
             for seg in self.segments:
                 self._emit_segment(body, seg)
@@ -285,6 +294,9 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReductions, Cp
         else:
             pointer = self.args.input(name)
             index = self._index(index)
+            cached = self._cached_load(name, pointer, index, dtype)
+            if cached is not None:
+                return cached
         return self._load_from(pointer, index, dtype)
 
     def _load_from(self, pointer, index, dtype) -> CppVar:

@@ -338,6 +338,7 @@ class CppLoopNest:
                 code.writeline("{")
                 code._indent += 1
             self._declare_local_buffers(code)
+            self._declare_read_caches(code)
             if parallel and loops:
                 collapse = f" collapse({loops})" if loops > 1 else ""
                 code.writeline(f"#pragma omp for{collapse} schedule(static)")
