@@ -354,6 +354,8 @@ class GraphLowering(torch.fx.Interpreter):
             if found is not None:
                 value = TensorBox(ReinterpretView(*found))
         layout = strided_layout_of(value)
+        if layout is not None and self.layout_plan.enabled and want is not None and same_strides(layout, *want):
+            return _with_exact_strides(value, layout, *want)
         if layout is not None and (want is None or same_strides(layout, *want)
                                    or (sym.is_static(layout.numel()) and sym.to_int(layout.numel()) <= 1)):
             return as_strided_buffer(value)
@@ -539,6 +541,17 @@ def _dense_layout_of_meta(box, meta):
     if not _is_dense(size, stride) or not sym.same_sizes(box.get_size(), size):
         return None
     return Layout(box.get_device(), box.get_dtype(), size, stride)
+
+
+def _with_exact_strides(value, layout, size, stride):
+    """The buffer or view ``value`` (held in ``layout``, which has ``stride`` on every dim
+    longer than 1) seen with exactly ``stride``: a 1x1 convolution's weight gradient from
+    channels_last inputs has strides (C, 1, C, C) where eager's are (C, 1, 1, 1)."""
+    found = as_strided_buffer(value)
+    if all(sym.same_size(have, want) for have, want in zip(layout.stride, stride)):
+        return found
+    buffer = found.buffer if isinstance(found, ReinterpretView) else found
+    return ReinterpretView(buffer, Layout(layout.device, layout.dtype, list(size), list(stride), layout.offset))
 
 
 def _view_base(value):
