@@ -240,3 +240,19 @@ def test_eager_fallback_gives_the_reported_strides():
     x = torch.randn(2, 3, 4, 5)
     out, untouched = _with_strides([x, x], [[60, 1, 15, 3], None])
     assert out.stride() == (60, 1, 15, 3) and torch.equal(out, x) and untouched is x
+
+
+def test_as_strided_reads_eagers_storage_order(device, layout_on):
+    """as_strided addresses its input's storage: a convolution output held channels_last
+    is put back in eager's order first."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 8, 3, padding=1).to(device)
+    x = torch.randn(2, 3, 5, 6, device=device)
+
+    def fn(t):
+        y = conv(t)
+        return torch.as_strided(y, (2, 8, 3), (1, 7, 16)) * 2, torch.as_strided(y.relu(), (4, 5), (3, 11), 2)
+    with torch.no_grad():
+        expected = fn(x)
+        actual = torch.compile(fn, backend="tritonfuse")(x)
+    _assert_close_with_strides(actual, expected, torch.float32)

@@ -171,6 +171,8 @@ class GraphLowering(torch.fx.Interpreter):
         rewritten = self._rewrite(self.current_node)
         if rewritten is not None:
             return rewritten
+        if self.layout_plan.enabled and getattr(target, "overloadpacket", None) in READS_STORAGE_ORDER:
+            args = (self._in_eagers_storage(args[0], self.current_node.args[0]),) + tuple(args[1:])
         lowering = lowerings.get(target)
         reason = None
         if lowering is None:
@@ -295,6 +297,26 @@ class GraphLowering(torch.fx.Interpreter):
                     and sympy.expand(read_index - layout.index(index)) == 0:
                 return True
         return False
+
+    def _in_eagers_storage(self, value, fx_value):
+        """``value`` in eager's exact dense layout, for an op that reads its storage
+        (``as_strided``): a value realized channels_last holds its elements in another
+        order. Values eager itself holds as views of other storage are left as they are."""
+        meta = _meta_tensor(fx_value)
+        if meta is None or not isinstance(value, TensorBox) or meta.storage_offset() != 0:
+            return value
+        box = storage_of(value)
+        eager = _dense_layout_of_meta(box if box is not None else value, meta)
+        if eager is None:
+            return value
+        if box is not None and not box.is_realized():
+            box.realize(eager)
+            return value
+        layout = strided_layout_of(value)
+        if layout is None or (layout.offset == 0 and same_strides(layout, meta.shape, meta.stride())):
+            return value
+        copy = realize_with_strides(value, meta.shape, meta.stride())
+        return TensorBox(StorageBox(copy))
 
     def _channels_last_conv_args(self, target, ir_args):
         """A 2-D convolution's feature maps and weight, channels_last: a value held in
@@ -572,6 +594,9 @@ def _is_dense(size, stride):
         expected = expected * sz
     return True
 
+
+# ops whose result depends on the order of their input's storage, not only its values
+READS_STORAGE_ORDER = (aten.as_strided, aten.as_strided_copy)
 
 EXPENSIVE_OPS = {"exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "sigmoid", "erf", "pow", "sin", "cos",
                  "tan"}
