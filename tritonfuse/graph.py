@@ -21,7 +21,10 @@ from .ir import (
     strided_layout_of,
 )
 from .codegen.registry import prefers_materialized_reuse, prefers_online_softmax
-from .layout_opt import CONV_ARGS, LayoutPlan, channels_last_strides, has_strides, is_channels_last
+from .layout_opt import (
+    CONV_ARGS, LayoutPlan, channels_last_strides, has_strides, is_channels_last, onednn_miscomputes,
+    walks_channels_last,
+)
 from .lowering import Unsupported, lowerings
 from .lowering.reductions import sumexp, sumexp_of_finite_shift
 from .lowering.registry import make_loader
@@ -279,9 +282,10 @@ class GraphLowering(torch.fx.Interpreter):
         return Layout.contiguous(data.get_device(), data.get_dtype(), data.get_size())
 
     def _reads_channels_last(self, data) -> bool:
-        """Whether the pointwise computation ``data`` reads, element for element, a
-        channels_last buffer of its own size (its output then follows that layout, so
-        that the kernel reads and writes in one order)."""
+        """Whether the pointwise computation ``data`` reads a channels_last buffer in
+        channels_last order (element for element, or through a window as pooling does):
+        its output then follows that layout, so that the kernel reads and writes in one
+        order (Inductor: the fill order of a flexible layout follows its reads)."""
         if not isinstance(data, Pointwise):
             return False
         counter = _OpCounter()
@@ -292,9 +296,8 @@ class GraphLowering(torch.fx.Interpreter):
         for name, read_index in counter.reads:
             buffer = self.name_to_buffer.get(name)
             layout = buffer.layout if buffer is not None else None
-            if layout is not None and sym.same_sizes(layout.size, data.ranges) \
-                    and is_channels_last(layout.size, layout.stride) \
-                    and sympy.expand(read_index - layout.index(index)) == 0:
+            if layout is not None and is_channels_last(layout.size, layout.stride) \
+                    and walks_channels_last(read_index, index, data.ranges):
                 return True
         return False
 
@@ -440,6 +443,9 @@ class GraphLowering(torch.fx.Interpreter):
         # a convolution under layout optimization takes channels_last inputs, and its
         # outputs' strides always come from running it on them (they decide cuDNN's layout)
         channels_last_conv = self.layout_plan.enabled and target in CONV_ARGS and node in self.layout_plan.prefer
+        if channels_last_conv and onednn_miscomputes(node):
+            channels_last_conv = False
+            ir_args = self._fallback_inputs(args, node.args, exact=True)
         if channels_last_conv:
             ir_args = self._channels_last_conv_args(target, ir_args)
         if channels_last_conv or _layouts_differ((ir_args, ir_kwargs), (node.args, fx_kwargs)):

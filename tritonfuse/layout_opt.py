@@ -39,9 +39,11 @@ CONVOLUTIONS = (aten.convolution.default, aten.convolution_backward.default)
 # nothing propagates a preference through a batched matmul (attention over feature maps)
 STOPS_PROPAGATION = (aten.bmm.default,)
 
-# The CPU decision under "auto": a small ResNet training step on the C++ backend (one
-# convolution per block through oneDNN), channels_last against eager's NCHW; see the
-# measurement in docs/results/layout_opt.md.
+# The CPU decision under "auto": off. Measured on the C++ backend (scripts/model_zoo.py
+# resnet, size "cpu", float32 training step, 2 shared cores, min of 15 steps, very noisy):
+# channels_last 16.4 / 28.7 ms against NCHW 23.6 / 31.5 (eager 15.8 / 17.5) in two rounds:
+# faster, but oneDNN miscomputes some channels_last convolution backwards on this torch
+# (``onednn_miscomputes``), so channels_last stays opt-in (TRITONFUSE_LAYOUT_OPT=1).
 CPU_DEFAULT = False
 
 
@@ -193,6 +195,19 @@ def _inference_flops_favour(shapes) -> bool:
     return weighted <= total
 
 
+def onednn_miscomputes(node) -> bool:
+    """Whether ``node`` is a CPU convolution backward that oneDNN gets wrong on channels_last
+    inputs: with torch 2.13 (oneDNN 3.12, AVX2) the weight gradient of a 1x1 convolution
+    of stride 2 over few input channels (3, 4; 10x10 maps) is wrong in most calls, eager
+    included (``conv.to(memory_format=torch.channels_last)``). Such a convolution gets
+    eager's (NCHW) layouts instead."""
+    if node.target is not aten.convolution_backward.default:
+        return False
+    weight = _meta(node.args[CONV_ARGS[node.target].weight])
+    strides = node.args[4]
+    return weight.device.type == "cpu" and tuple(weight.shape[2:]) == (1, 1) and any(s != 1 for s in strides)
+
+
 def channels_last_nodes(gm) -> set:
     """The FX nodes whose 4-D values are best kept channels_last (Inductor's rule): the
     convolutions, everything that feeds one (so that conv -> batch norm -> relu -> conv
@@ -251,6 +266,26 @@ def has_strides(size, stride, want) -> bool:
     """``stride`` equals ``want`` on every dim longer than 1 (the others are never stepped)."""
     return len(size) == len(want) and all(sym.sint(s) == 1 or sym.same_size(have, w)
                                           for s, have, w in zip(size, stride, want))
+
+
+def walks_channels_last(index, variables, sizes) -> bool:
+    """Whether the memory index ``index``, linear in the loop variables of a 4-D loop nest
+    (N, C, H, W) of ``sizes``, steps least along C, then W, then H, then N (dims of size 1
+    aside): a read in channels_last order, as an element-wise or a pooling window's read of
+    a channels_last buffer is."""
+    index = sympy.expand(index)
+    steps, rest = [], index
+    for variable, size in zip(variables, sizes):
+        step = index.coeff(variable)
+        if step.free_symbols & set(variables) or step.free_symbols - sym.size_symbols(step):
+            return False
+        rest = rest - step * variable
+        steps.append(None if sym.sint(size) == 1 else sym.hint(step))
+    if sympy.expand(rest).free_symbols & set(variables):
+        return False   # not linear in the loop variables (a division, an indirect read)
+    order = [steps[d] for d in (1, 3, 2, 0) if steps[d] is not None]
+    return len(order) >= 2 and all(step > 0 for step in order) and order == sorted(order) \
+        and len(set(order)) == len(order)
 
 
 def channels_last_strides(size) -> list:
