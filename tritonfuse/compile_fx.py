@@ -23,6 +23,7 @@ from .codegen.registry import get_scheduling_class
 from .codegen.wrapper import WrapperCodeGen
 from .compile_options import CompileOptions
 from .graph import GraphLowering
+from .layout_opt import LayoutPlan, plan_layouts, report_output_strides
 from .lowering.matmul import cuda_matmul_allows_tf32
 from .runtime.integer_errors import IntegerDivisionByZero
 from .scheduler import FallbackNode, Scheduler
@@ -59,13 +60,16 @@ class CompiledGraph:
     cache and compiled afresh (`rebuild`), then called again: a damaged cache entry never
     sends a graph to eager. A freshly compiled graph that fails on its first call runs
     eagerly from then on (logged), so a compiler bug never crashes the user's model."""
-    def __init__(self, module, path, eager_fn=None, rebuild=None):
+    def __init__(self, module, path, eager_fn=None, rebuild=None, output_strides=None):
         self._boxed_call = True   # an instance attribute: wrappers copy __dict__
         self.module = module
         self.path = path
         self.call = module.call
         self.eager_fn = eager_fn
         self.rebuild = rebuild
+        # the strides reported to aot_autograd for the outputs (layout_opt.py), which the
+        # backward was compiled for: the eager fallback gives its outputs these too
+        self.output_strides = output_strides
         self.first_call = True
         self._failure_lock = threading.Lock()   # threads whose first calls fail together
 
@@ -108,9 +112,21 @@ class CompiledGraph:
             log.warning("tritonfuse: generated code %s failed on its first call (%s: %s); running the graph "
                         "eagerly", self.path, type(error).__name__, error)
             metrics.record_eager_graph(self.path, error)
-            eager_fn = self.eager_fn
-            self.call = lambda inputs: eager_fn(*inputs)
+            eager_fn, strides = self.eager_fn, self.output_strides
+            self.call = lambda inputs: _with_strides(eager_fn(*inputs), strides)
             return list(self.call(saved))
+
+
+def _with_strides(outputs, strides):
+    """``outputs``, each tensor copied into its entry of ``strides`` where it has other ones."""
+    if not strides:
+        return outputs
+    outputs = list(outputs)
+    for i, (value, stride) in enumerate(zip(outputs, strides)):
+        if stride is not None and isinstance(value, torch.Tensor) and \
+                any(size > 1 and have != want for size, have, want in zip(value.shape, value.stride(), stride)):
+            outputs[i] = torch.empty_strided(value.shape, stride, dtype=value.dtype, device=value.device).copy_(value)
+    return outputs
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, graph_id="graph", sizevars=None,
@@ -127,7 +143,16 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, graph_id="graph", si
     if options is None:
         options = CompileOptions.from_torch_compile()
     with sym.using_sizevars(sizevars):
-        return _compile_graph(gm, example_inputs, graph_id, sizevars, options)
+        layout_plan = plan_layouts(gm, example_inputs, graph_kind(graph_id))
+        compiled = _compile_graph(gm, example_inputs, graph_id, sizevars, options, layout_plan)
+    report_output_strides(layout_plan.reported_strides, compiled.output_strides or ())
+    return compiled
+
+
+def graph_kind(graph_id: str) -> str:
+    """"forward", "backward" or "inference", from the id backend.py gives the graph."""
+    kind = graph_id.split("_")[0]
+    return kind if kind in ("forward", "backward") else "inference"
 
 
 def sizevars_for(example_inputs) -> sym.SizeVars:
@@ -144,28 +169,32 @@ def _is_symbolic(value) -> bool:
     return isinstance(value, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride()))
 
 
-def _compile_graph(gm, example_inputs, graph_id, sizevars, options, read_cache=True) -> CompiledGraph:
+def _compile_graph(gm, example_inputs, graph_id, sizevars, options, layout_plan: LayoutPlan,
+                   read_cache=True) -> CompiledGraph:
     has_constants = any(n.op == "get_attr" for n in gm.graph.nodes)
     hints = sorted((str(s), int(v)) for s, v in sizevars.hints.items()) if sizevars.specialize else []
-    key = code_cache.graph_key(gm, example_inputs, extra=hints + _option_knobs(options, example_inputs))
+    key = code_cache.graph_key(gm, example_inputs, extra=hints + _option_knobs(options, example_inputs)
+                               + _layout_knobs(layout_plan))
     use_cache = config.graph_cache and not has_constants
     if use_cache and read_cache:
-        compiled = _load_cached(key, gm, example_inputs, graph_id, sizevars, options)
+        compiled = _load_cached(key, gm, example_inputs, graph_id, sizevars, options, layout_plan)
         if compiled is not None:
             return compiled
 
     started = time.perf_counter()
     cache_store.sweep_once(config.cache_dir)   # the cold path: litter of killed processes
     phase_start = time.perf_counter()
-    graph = lower(gm, example_inputs, graph_id, options)
+    graph = lower(gm, example_inputs, graph_id, options, layout_plan)
     phase_start = _phase_done("lower", phase_start)
     scheduler = schedule(graph)
     phase_start = _phase_done("schedule", phase_start)
     source, kernel_sources, kernel_names = codegen(graph, scheduler)
     phase_start = _phase_done("codegen", phase_start)
     symbolic = bool(graph.symbol_sources) and not sizevars.specialize
+    output_strides = _output_strides(graph) if layout_plan.reported_strides is not None else None
     meta = {"kernels": kernel_names, "fallbacks": {k: v for k, v in metrics.fallbacks.items()},
-            "symbolic": symbolic, "assumptions": [str(a) for a in sizevars.assumptions]}
+            "symbolic": symbolic, "assumptions": [str(a) for a in sizevars.assumptions],
+            "output_strides": output_strides}
     if use_cache:
         path = code_cache.write_entry(key, source, meta)
     else:
@@ -177,7 +206,23 @@ def _compile_graph(gm, example_inputs, graph_id, sizevars, options, read_cache=T
     metrics.symbolic_graphs += symbolic
     log.debug("tritonfuse: compiled %s in %.2fs (%d kernels)", graph_id, time.perf_counter() - started,
               len(kernel_names))
-    return CompiledGraph(module, path, gm.forward)
+    return CompiledGraph(module, path, gm.forward, output_strides=output_strides)
+
+
+def _layout_knobs(layout_plan) -> list:
+    """What layout optimization adds to the graph cache key (nothing where it is off)."""
+    if not layout_plan.enabled:
+        return []
+    return [("layout_opt", sorted(layout_plan.free_outputs), layout_plan.reported_strides is not None)]
+
+
+def _output_strides(graph) -> list:
+    """The strides of the graph's outputs as ints (None: not a tensor, or symbolic)."""
+    strides = []
+    for value in graph.outputs:
+        layout = getattr(value, "layout", None)
+        strides.append(list(layout.int_stride()) if layout is not None and layout.is_static() else None)
+    return strides
 
 
 def _phase_done(phase: str, start: float) -> float:
@@ -201,8 +246,8 @@ def _option_knobs(options, example_inputs) -> list:
             ("allow_tf32", cuda_matmul_allows_tf32()), ("gpus", gpus)] + donated
 
 
-def lower(gm, example_inputs, graph_id, options=None) -> GraphLowering:
-    graph = GraphLowering(gm, example_inputs, graph_id, options)
+def lower(gm, example_inputs, graph_id, options=None, layout_plan=None) -> GraphLowering:
+    graph = GraphLowering(gm, example_inputs, graph_id, options, layout_plan)
     graph.run(*example_inputs)
     return graph
 
@@ -243,7 +288,7 @@ def codegen(graph, scheduler):
     return wrapper.generate(), wrapper.kernel_sources, wrapper.kernel_names
 
 
-def _load_cached(key, gm, example_inputs, graph_id, sizevars, options):
+def _load_cached(key, gm, example_inputs, graph_id, sizevars, options, layout_plan):
     """The compiled graph stored under `key`, or None: absent, compiled for sizes this
     compile's guards do not promise (then compiled again), or damaged or not loading
     (then the entry is deleted by cache_store and the graph compiled again)."""
@@ -265,11 +310,12 @@ def _load_cached(key, gm, example_inputs, graph_id, sizevars, options):
         fresh_sizevars = copy.copy(sizevars)
         fresh_sizevars.allow_guards, fresh_sizevars.assumptions = False, []
         with sym.using_sizevars(fresh_sizevars):
-            return _compile_graph(gm, example_inputs, graph_id, fresh_sizevars, options, read_cache=False)
+            return _compile_graph(gm, example_inputs, graph_id, fresh_sizevars, options, layout_plan,
+                                  read_cache=False)
 
     try:
         module = code_cache.load_module(source, path)
-        compiled = CompiledGraph(module, path, gm.forward, rebuild)
+        compiled = CompiledGraph(module, path, gm.forward, rebuild, meta.get("output_strides"))
     except Exception as error:  # e.g. a kernel library of the entry cannot be built any more
         code_cache.discard_entry(key, f"{type(error).__name__}: {error}")
         return None

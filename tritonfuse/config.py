@@ -243,6 +243,11 @@ KNOBS: dict[str, Knob] = {
         "how aot_autograd splits a training graph into forward and backward: min_cut saves "
         "what is cheapest to keep and recomputes cheap pointwise work in the backward's "
         "kernels; default saves every value the backward reads"),
+    "layout_opt": Knob(
+        "TRITONFUSE_LAYOUT_OPT", Choice("auto", "1", "0"), "auto",
+        "channels_last feature maps in graphs with 2-D convolutions (layout_opt.py): auto "
+        "decides per graph (Inductor's heuristics on GPUs, a measured default on the CPU); "
+        "1 and 0 force it on and off"),
     "cudagraphs": Knob(
         "TRITONFUSE_CUDAGRAPHS", Flag(), False,
         "replay compiled graphs from CUDA graphs, as torch.compile(mode=\"reduce-overhead\") "
@@ -320,6 +325,7 @@ debug: bool
 cache_dir: str
 graph_cache: bool
 direct_inference: bool
+layout_opt: str
 cudagraphs: bool
 max_shape_specializations: int
 autotune_cache_dir: str

@@ -21,6 +21,10 @@ from .ir import (
     strided_layout_of,
 )
 from .codegen.registry import prefers_materialized_reuse, prefers_online_softmax
+from .layout_opt import (
+    CONV_ARGS, LayoutPlan, channels_last_strides, has_strides, is_channels_last, onednn_miscomputes,
+    walks_channels_last,
+)
 from .lowering import Unsupported, lowerings
 from .lowering.reductions import sumexp, sumexp_of_finite_shift
 from .lowering.registry import make_loader
@@ -41,11 +45,15 @@ def current_graph() -> "GraphLowering":
 
 
 class GraphLowering(torch.fx.Interpreter):
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs, graph_id: str = "graph", options=None):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, graph_id: str = "graph", options=None,
+                 layout_plan: LayoutPlan = None):
         super().__init__(gm)
         self.example_inputs = example_inputs
         self.graph_id = graph_id
         self.options = options if options is not None else CompileOptions.from_torch_compile()
+        # channels_last feature maps (layout_opt.py); off: every layout is eager's
+        self.layout_plan = layout_plan if layout_plan is not None else LayoutPlan()
+        self._channels_last_copies = {}   # (buffer name, strides, offset) -> its channels_last copy
         self.buffers = []            # ComputedBuffer and FallbackOutput, in creation order
         self.operations = []         # ComputedBuffer and FallbackKernel: the order they run in
         self.fallback_kernels = []
@@ -166,6 +174,8 @@ class GraphLowering(torch.fx.Interpreter):
         rewritten = self._rewrite(self.current_node)
         if rewritten is not None:
             return rewritten
+        if self.layout_plan.enabled and getattr(target, "overloadpacket", None) in READS_STORAGE_ORDER:
+            args = (self._in_eagers_storage(args[0], self.current_node.args[0]),) + tuple(args[1:])
         lowering = lowerings.get(target)
         reason = None
         if lowering is None:
@@ -212,10 +222,14 @@ class GraphLowering(torch.fx.Interpreter):
 
     def output(self, target, args, kwargs):
         results = args[0]
-        metas = [n.meta.get("val") if isinstance(n, torch.fx.Node) else None for n in self.current_node.args[0]]
+        nodes = list(self.current_node.args[0])
+        metas = [n.meta.get("val") if isinstance(n, torch.fx.Node) else None for n in nodes]
         self._realize_shared_output_bases(results, metas)
-        for value, meta in zip(results, metas):
-            self.outputs.append(self._realize_output(value, meta))
+        for position, (value, meta, node) in enumerate(zip(results, metas, nodes)):
+            if position in self.layout_plan.free_outputs:
+                self.outputs.append(self._realize_saved_output(value, meta, node))
+            else:
+                self.outputs.append(self._realize_output(value, meta))
         return results
 
     def _realize_shared_output_bases(self, results, metas):
@@ -229,17 +243,106 @@ class GraphLowering(torch.fx.Interpreter):
                 self._realize_output(value, meta)
         for base in bases:
             if base is not None and id(base) in shared and not base.is_realized():
-                base.realize(self._eager_layout(base))
+                base.realize(self._layout_of_lowered(base, user_visible=True))
 
-    def _eager_layout(self, box):
-        """The layout eager gives the value ``box`` holds (from the FX node that made it),
-        when it is dense; else None (contiguous)."""
+    def _layout_of_lowered(self, box, user_visible):
+        """``preferred_layout`` of the value ``box`` holds, found from the FX node that made
+        it; None (contiguous) where no node made it in a dense layout."""
         for node, value in self.lowered.items():
             if storage_of(value) is box:
-                layout = _dense_layout_of_meta(box, node.meta.get("val"))
+                layout = self.preferred_layout(box, node, user_visible)
                 if layout is not None:
                     return layout
         return None
+
+    # ---- layout choice --------------------------------------------------------------
+    def preferred_layout(self, box, node=None, user_visible=False):
+        """The layout to realize ``box`` in, the value of FX node ``node`` (None: unknown).
+        Under layout optimization (layout_opt.py) a 4-D value on a chain of convolutions,
+        or computed element by element from a channels_last buffer, is channels_last,
+        unless it is ``user_visible`` (a graph output the caller sees); otherwise eager's
+        layout (the FX meta's) when it is dense; None: contiguous."""
+        meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        eager = _dense_layout_of_meta(box, meta)
+        if user_visible or not self.layout_plan.enabled or len(box.get_size()) != 4:
+            return eager
+        if isinstance(meta, torch.Tensor) and eager is None:
+            return None   # eager's layout is not dense (an expand): keep to it
+        if self.layout_plan.prefers_channels_last(node) or self._reads_channels_last(box.data):
+            size = list(box.get_size())
+            return Layout(box.get_device(), box.get_dtype(), size, channels_last_strides(size))
+        return eager
+
+    def default_layout(self, data) -> Layout:
+        """The layout of a computation realized with no layout asked for (a lowering that
+        needs a buffer): channels_last where its dominant input is, else contiguous."""
+        if self.layout_plan.enabled and len(data.get_size()) == 4 and self._reads_channels_last(data):
+            size = list(data.get_size())
+            return Layout(data.get_device(), data.get_dtype(), size, channels_last_strides(size))
+        return Layout.contiguous(data.get_device(), data.get_dtype(), data.get_size())
+
+    def _reads_channels_last(self, data) -> bool:
+        """Whether the pointwise computation ``data`` reads a channels_last buffer in
+        channels_last order (element for element, or through a window as pooling does):
+        its output then follows that layout, so that the kernel reads and writes in one
+        order (Inductor: the fill order of a flexible layout follows its reads)."""
+        if not isinstance(data, Pointwise):
+            return False
+        counter = _OpCounter()
+        from .virtualized import set_ops_handler
+        index = sym.index_vars("i", len(data.ranges))
+        with set_ops_handler(counter):
+            data.inner_fn(index)
+        for name, read_index in counter.reads:
+            buffer = self.name_to_buffer.get(name)
+            layout = buffer.layout if buffer is not None else None
+            if layout is not None and is_channels_last(layout.size, layout.stride) \
+                    and walks_channels_last(read_index, index, data.ranges):
+                return True
+        return False
+
+    def _in_eagers_storage(self, value, fx_value):
+        """``value`` in eager's exact dense layout, for an op that reads its storage
+        (``as_strided``): a value realized channels_last holds its elements in another
+        order. Values eager itself holds as views of other storage are left as they are."""
+        meta = _meta_tensor(fx_value)
+        if meta is None or not isinstance(value, TensorBox) or meta.storage_offset() != 0:
+            return value
+        box = storage_of(value)
+        eager = _dense_layout_of_meta(box if box is not None else value, meta)
+        if eager is None:
+            return value
+        if box is not None and not box.is_realized():
+            box.realize(eager)
+            return value
+        layout = strided_layout_of(value)
+        if layout is None or (layout.offset == 0 and same_strides(layout, meta.shape, meta.stride())):
+            return value
+        copy = realize_with_strides(value, meta.shape, meta.stride())
+        return TensorBox(StorageBox(copy))
+
+    def _channels_last_conv_args(self, target, ir_args):
+        """A 2-D convolution's feature maps and weight, channels_last: a value held in
+        another layout (a graph input, a weight) is copied, once per graph."""
+        conv = CONV_ARGS[target]
+        ir_args = list(ir_args)
+        for position in (*conv.feature_maps, conv.weight):
+            value = ir_args[position]
+            if isinstance(value, (Buffer, ReinterpretView)) and len(value.layout.size) == 4:
+                ir_args[position] = self._channels_last_copy(value)
+        return tuple(ir_args)
+
+    def _channels_last_copy(self, value):
+        layout = value.layout
+        want = channels_last_strides(layout.size)
+        if has_strides(layout.size, layout.stride, want):
+            return value
+        source = value.buffer if isinstance(value, ReinterpretView) else value
+        key = (source.name, tuple(layout.size), tuple(layout.stride), layout.offset)
+        if key not in self._channels_last_copies:
+            boxed = TensorBox(value if isinstance(value, ReinterpretView) else StorageBox(value))
+            self._channels_last_copies[key] = realize_with_strides(boxed, layout.size, want)
+        return self._channels_last_copies[key]
 
     # ---- realization rules ----------------------------------------------------------
     def _maybe_realize_reused(self, value: TensorBox, users: int):
@@ -252,7 +355,7 @@ class GraphLowering(torch.fx.Interpreter):
         loads, expensive = count_ops(box.data)
         # in eager's layout: a fallback reading it later (SDPA, whose output follows its
         # query's layout) then gets what eager passes, and its outputs eager's strides
-        layout = _dense_layout_of_meta(box, self.current_node.meta.get("val")) if value.data is box else None
+        layout = self.preferred_layout(box, self.current_node) if value.data is box else None
         if users > realize_reads_threshold or loads > realize_loads_threshold:
             box.realize(layout)
         elif expensive and prefers_materialized_reuse(box.data.get_device().type):
@@ -276,6 +379,8 @@ class GraphLowering(torch.fx.Interpreter):
             if found is not None:
                 value = TensorBox(ReinterpretView(*found))
         layout = strided_layout_of(value)
+        if layout is not None and self.layout_plan.enabled and want is not None and same_strides(layout, *want):
+            return _with_exact_strides(value, layout, *want)
         if layout is not None and (want is None or same_strides(layout, *want)
                                    or (sym.is_static(layout.numel()) and sym.to_int(layout.numel()) <= 1)):
             return as_strided_buffer(value)
@@ -286,6 +391,22 @@ class GraphLowering(torch.fx.Interpreter):
         copy = StorageBox(Pointwise(value.get_device(), value.get_dtype(), value.make_loader(),
                                     list(value.get_size()), origins=("clone",)))
         return copy.realize()
+
+    def _realize_saved_output(self, value, meta, node):
+        """A forward output saved for the backward, whose strides are reported to
+        aot_autograd (layout_opt.py): realized in the preferred layout; a value already
+        held channels_last stays as it is; anything else gets eager's layout."""
+        box = storage_of(value)
+        same_device = isinstance(meta, torch.Tensor) and isinstance(value, TensorBox) \
+            and meta.device.type == value.get_device().type
+        if same_device and box is not None and not box.is_realized():
+            layout = self.preferred_layout(box, node)
+            if layout is not None:
+                return box.realize(layout)
+        layout = strided_layout_of(value) if same_device else None
+        if layout is not None and layout.offset == 0 and is_channels_last(layout.size, layout.stride):
+            return as_strided_buffer(value)
+        return self._realize_output(value, meta)
 
     def _copy_to_device(self, value, meta):
         """An output eager leaves on another device than the one the graph computed it on
@@ -319,7 +440,15 @@ class GraphLowering(torch.fx.Interpreter):
         ir_args = self._fallback_inputs(args, node.args, exact=False)
         ir_kwargs = {k: self._fallback_inputs(v, fx_kwargs.get(k), exact=False) for k, v in kwargs.items()}
         meta = node.meta.get("val")
-        if _layouts_differ((ir_args, ir_kwargs), (node.args, fx_kwargs)):
+        # a convolution under layout optimization takes channels_last inputs, and its
+        # outputs' strides always come from running it on them (they decide cuDNN's layout)
+        channels_last_conv = self.layout_plan.enabled and target in CONV_ARGS and node in self.layout_plan.prefer
+        if channels_last_conv and onednn_miscomputes(node):
+            channels_last_conv = False
+            ir_args = self._fallback_inputs(args, node.args, exact=True)
+        if channels_last_conv:
+            ir_args = self._channels_last_conv_args(target, ir_args)
+        if channels_last_conv or _layouts_differ((ir_args, ir_kwargs), (node.args, fx_kwargs)):
             outputs = _fake_outputs(target, ir_args, ir_kwargs, node)
             if outputs is not None:
                 meta = outputs
@@ -351,12 +480,14 @@ class GraphLowering(torch.fx.Interpreter):
         meta = _meta_tensor(fx_value)
         box = storage_of(value)
         if meta is not None and box is not None and not box.is_realized():
-            found = realize_with_strides(value, meta.shape, meta.stride())   # eager's layout, at no cost
+            layout = self.preferred_layout(box, fx_value)   # eager's layout (or channels_last), at no cost
+            found = box.realize(layout) if layout is not None else realize_with_strides(value, meta.shape,
+                                                                                          meta.stride())
             if found is not None:
                 return found
         base = _view_base(value)
         if base is not None and base is not box and not base.is_realized():
-            base.realize(self._eager_layout(base))
+            base.realize(self._layout_of_lowered(base, user_visible=False))
         found = as_strided_buffer(value)
         if exact and meta is not None and not same_strides(found.layout, meta.shape, meta.stride()):
             copy = realize_with_strides(TensorBox(found if isinstance(found, ReinterpretView) else StorageBox(found)),
@@ -440,6 +571,17 @@ def _dense_layout_of_meta(box, meta):
     return Layout(box.get_device(), box.get_dtype(), size, stride)
 
 
+def _with_exact_strides(value, layout, size, stride):
+    """The buffer or view ``value`` (held in ``layout``, which has ``stride`` on every dim
+    longer than 1) seen with exactly ``stride``: a 1x1 convolution's weight gradient from
+    channels_last inputs has strides (C, 1, C, C) where eager's are (C, 1, 1, 1)."""
+    found = as_strided_buffer(value)
+    if all(sym.same_size(have, want) for have, want in zip(layout.stride, stride)):
+        return found
+    buffer = found.buffer if isinstance(found, ReinterpretView) else found
+    return ReinterpretView(buffer, Layout(layout.device, layout.dtype, list(size), list(stride), layout.offset))
+
+
 def _view_base(value):
     """The StorageBox under a value and any chain of views over it, or None."""
     data = value.data if isinstance(value, TensorBox) else value
@@ -459,6 +601,9 @@ def _is_dense(size, stride):
     return True
 
 
+# ops whose result depends on the order of their input's storage, not only its values
+READS_STORAGE_ORDER = (aten.as_strided, aten.as_strided_copy)
+
 EXPENSIVE_OPS = {"exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "sigmoid", "erf", "pow", "sin", "cos",
                  "tan"}
 
@@ -467,9 +612,11 @@ class _OpCounter:
     def __init__(self):
         self.loads = 0
         self.expensive = 0
+        self.reads = []   # (buffer name, index) of each load
 
     def load(self, name, index):
         self.loads += 1
+        self.reads.append((name, index))
         return "v"
 
     def indirect_indexing(self, value, size):

@@ -447,10 +447,11 @@ class StorageBox(IRNode):
             return self.data
         from .graph import current_graph
         data = self.data
-        if layout is None:
-            layout = Layout.contiguous(data.get_device(), data.get_dtype(), data.get_size())
+        graph = current_graph()
+        if layout is None:   # contiguous, or the layout its dominant input has (channels_last)
+            layout = graph.default_layout(data)
         buffer = ComputedBuffer(name=None, layout=layout, data=data)
-        current_graph().register_buffer(buffer)
+        graph.register_buffer(buffer)
         self.data = buffer
         return buffer
 
