@@ -134,8 +134,11 @@ def test_incomplete_gamma_matches_eager(device, name, dtype):
     bound = torch.where(near < 200, torch.full_like(near, 0.3), 4.5 / near.sqrt())
     a = torch.cat([a, near[:, None].expand(-1, 13).flatten().to(dtype)]).to(device)
     x = torch.cat([x, (near[:, None] * (1 + spread[None, :] * bound[:, None])).flatten().to(dtype)]).to(device)
+    # float64 on CUDA: eager's own CUDA and CPU results differ by up to 1.2e-9 (relative) on
+    # this grid, and tritonfuse's CUDA kernel is within 2.3e-13 of the CPU's (H200)
+    f64_rtol = 5e-9 if torch.device(device).type == "cuda" else 1e-10
     check(lambda p, q: fn(p * 1.0, q), a, x,
-          atol=1e-6 if dtype == torch.float32 else 1e-14, rtol=1e-4 if dtype == torch.float32 else 1e-10)
+          atol=1e-6 if dtype == torch.float32 else 1e-14, rtol=1e-4 if dtype == torch.float32 else f64_rtol)
     _kernels_only()
 
 
@@ -151,7 +154,14 @@ def test_incomplete_gamma_in_place_and_broadcast(device, dtype):
         p.igamma_(q)
         r = (p * 10.0 + 0.5).igammac_(q[0])
         return r + torch.special.gammaincc(q, p)
-    check(fn, a, x, atol=1e-2 if dtype == torch.bfloat16 else 1e-6, rtol=1e-2 if dtype == torch.bfloat16 else 1e-4)
+    tolerance = dict(atol=1e-2, rtol=1e-2) if dtype == torch.bfloat16 else dict(atol=1e-6, rtol=1e-4)
+    if torch.device(device).type == "cuda" and dtype == torch.bfloat16:
+        # eager has no bfloat16 igamma kernel on CUDA ("igamma_cuda" not implemented): its
+        # CPU kernel is the reference
+        compiled = torch.compile(fn, backend="tritonfuse")
+        torch.testing.assert_close(compiled(a, x).cpu(), fn(a.cpu(), x.cpu()), **tolerance)
+    else:
+        check(fn, a, x, **tolerance)
     _kernels_only()
     assert kernel_count() == 1
 
