@@ -16,11 +16,15 @@ TOLERANCES = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.bfloat16: dict(at
 
 
 @pytest.fixture(autouse=True)
-def _full_float32_convolutions(monkeypatch):
+def _full_float32_convolutions():
     """cuDNN runs float32 convolutions in TF32 by default, and picks other algorithms for
     NHWC than for NCHW: eager's own two layouts then differ by 1e-3 (H200). The float32
-    comparisons are of the layouts at full precision."""
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    comparisons are of the layouts at full precision. (The flags() context: once
+    torch.testing._internal is imported, as the OpInfo tests do, plain assignment raises.)"""
+    cudnn = torch.backends.cudnn
+    with cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
+                     allow_tf32=False):
+        yield
 CL = torch.channels_last
 
 
