@@ -269,16 +269,14 @@ class GraphLowering(torch.fx.Interpreter):
         if isinstance(meta, torch.Tensor) and eager is None:
             return None   # eager's layout is not dense (an expand): keep to it
         if self.layout_plan.prefers_channels_last(node) or self._reads_channels_last(box.data):
-            size = list(box.get_size())
-            return Layout(box.get_device(), box.get_dtype(), size, channels_last_strides(size))
+            return _channels_last_layout(box)
         return eager
 
     def default_layout(self, data) -> Layout:
         """The layout of a computation realized with no layout asked for (a lowering that
         needs a buffer): channels_last where its dominant input is, else contiguous."""
         if self.layout_plan.enabled and len(data.get_size()) == 4 and self._reads_channels_last(data):
-            size = list(data.get_size())
-            return Layout(data.get_device(), data.get_dtype(), size, channels_last_strides(size))
+            return _channels_last_layout(data)
         return Layout.contiguous(data.get_device(), data.get_dtype(), data.get_size())
 
     def _reads_channels_last(self, data) -> bool:
@@ -580,6 +578,12 @@ def _with_exact_strides(value, layout, size, stride):
         return found
     buffer = found.buffer if isinstance(found, ReinterpretView) else found
     return ReinterpretView(buffer, Layout(layout.device, layout.dtype, list(size), list(stride), layout.offset))
+
+
+def _channels_last_layout(node) -> Layout:
+    """A channels_last layout for the 4-D value ``node`` computes."""
+    size = list(node.get_size())
+    return Layout(node.get_device(), node.get_dtype(), size, channels_last_strides(size))
 
 
 def _view_base(value):

@@ -66,6 +66,7 @@ register_pointwise(aten.logaddexp2, composite.logaddexp2, DEFAULT)
 register_pointwise(aten.heaviside, composite.heaviside, DEFAULT)
 register_pointwise(aten.special_xlog1py, composite.xlog1py, INT_TO_FLOAT)
 
+
 def _register_polynomial(name):
     """The degree's conversion to int64 is the device's (special_polynomials.py): CUDA
     saturates, x86 gives INT64_MIN."""

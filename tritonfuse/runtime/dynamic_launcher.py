@@ -11,10 +11,11 @@ tuning, binaries) sharing the one loaded kernel.
 
 Compiled (CUDA) kernels: binaries come from the compile pool (async_compile.py), keyed by
 the source, the config and the arguments' classes, so buckets that choose the same config
-share them. After a bucket's first launch, a launch is a dictionary lookup by its numels, the
-tensor checks (the size arguments are checked, and the grid computed, once per distinct
-set of them), then the binary's own launcher (direct_launch.py): no JIT dispatch. Sizes of another class (say, not divisible by 16 where the first were)
-get the binary for theirs, compiled once, and are launched the same way.
+share them. After a bucket's first launch, a launch is a dictionary lookup by its numels,
+the tensor checks (the size arguments are checked, and the grid computed, once per
+distinct set of them), then the binary's own launcher (direct_launch.py): no JIT
+dispatch. Sizes of another class (say, not divisible by 16 where the first were) get the
+binary for theirs, compiled once, and are launched the same way.
 """
 from __future__ import annotations
 
