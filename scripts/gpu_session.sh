@@ -2,7 +2,7 @@
 # The GPU side of the project, in commands that each fit the device tool's 10 minutes.
 # Results go under $OUT (default ./gpu_results).
 #
-#   bash scripts/gpu_session.sh tests     # cuda column, all test files in 4 concurrent shards
+#   bash scripts/gpu_session.sh tests     # cuda column, all test files in SHARDS (default 4) concurrent shards
 #   bash scripts/gpu_session.sh tests-a   # cuda column, first half of the test files
 #   bash scripts/gpu_session.sh tests-b   # cuda column, second half
 #   bash scripts/gpu_session.sh models    # bench --suite models (eager, Inductor, tritonfuse)
@@ -34,9 +34,10 @@ cuda_tests() {   # name, files...
 }
 
 case "${1:-}" in
-tests)   # 4 shards side by side: Triton compiles are CPU-bound and the box has 16 cores
-    for shard in 0 1 2 3; do
-        cuda_tests "cuda_tests_$shard" $(for i in "${!files[@]}"; do (( i % 4 == shard )) && echo "${files[$i]}"; done) &
+tests)   # shards side by side (SHARDS, default 4): Triton compiles are CPU-bound and the box has 16 cores
+    shards=${SHARDS:-4}
+    for (( shard = 0; shard < shards; shard++ )); do
+        cuda_tests "cuda_tests_$shard" $(for i in "${!files[@]}"; do (( i % shards == shard )) && echo "${files[$i]}"; done) &
     done
     wait ;;
 tests-a) cuda_tests cuda_tests_a "${files[@]:0:$half}" ;;
