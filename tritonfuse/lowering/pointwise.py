@@ -9,7 +9,7 @@ from ..ir import TensorBox
 from ..virtualized import ops
 from .registry import (
     ALWAYS_BOOL, BOOL_TO_LONG, DEFAULT, INT_TO_FLOAT, NO_OPMATH, Unsupported, aten,
-    make_pointwise, register_lowering,
+    broadcast_operands, make_pointwise, promote_types, register_lowering,
 )
 
 
@@ -20,19 +20,9 @@ def register_pointwise(aten_op, body, kind=DEFAULT):
 
     @register_lowering(aten_op, broadcast=True, type_promotion=kind)
     def lowering(*args, compute_dtype, result_dtype):
-        if kind == ALWAYS_BOOL:
-            compute_dtype = _comparison_dtype(args)
         return make_pointwise(lambda *values: body(*values, compute_dtype), args,
                               compute_dtype, result_dtype, origin=name)
     return lowering
-
-
-def _comparison_dtype(args):
-    from .registry import promote_types
-    compute, _ = promote_types(args, NO_OPMATH)
-    if compute in (torch.float16, torch.bfloat16):
-        return torch.float32
-    return compute
 
 
 def _unary(op_name):
@@ -142,13 +132,12 @@ def _add_sub(op_name, name, a, b, alpha, compute_dtype, result_dtype):
     return make_pointwise(body, [a, b], compute_dtype, result_dtype, origin=name)
 
 
-@register_lowering(aten.div, aten.true_divide, broadcast=True)
+@register_lowering(aten.div, aten.true_divide)
 def div(a, b, rounding_mode=None):
-    from .registry import promote_types
+    compute, result = promote_types([a, b], INT_TO_FLOAT if rounding_mode is None else DEFAULT)
+    a, b = broadcast_operands([a, b])
     if rounding_mode is None:
-        compute, result = promote_types([a, b], INT_TO_FLOAT)
         return make_pointwise(lambda x, y: ops.truediv(x, y), [a, b], compute, result, origin="div")
-    compute, result = promote_types([a, b], DEFAULT)
     if rounding_mode == "trunc":
         if compute.is_floating_point:
             body = lambda x, y: ops.trunc(ops.truediv(x, y))
@@ -190,12 +179,12 @@ def pow(base, exponent, compute_dtype, result_dtype):
     return make_pointwise(lambda x, y: ops.pow(x, y), [base, exponent], compute_dtype, result_dtype, origin="pow")
 
 
-@register_lowering(aten.where, broadcast=True)
+@register_lowering(aten.where)
 def where(condition, a, b):
-    from .registry import promote_types
     compute, result = promote_types([a, b], NO_OPMATH)
     if not isinstance(condition, TensorBox):
         raise Unsupported("where with a python condition")
+    condition, a, b = broadcast_operands([condition, a, b])
 
     def body(c, x, y):
         return ops.where(c, x, y)
@@ -226,13 +215,8 @@ def clamp_max(x, max):
 
 
 def _clamp(x, low, high):
-    from .registry import broadcast_tensors, promote_types
-    if isinstance(low, TensorBox) or isinstance(high, TensorBox):
-        operands = [v for v in (x, low, high) if isinstance(v, TensorBox)]
-        expanded = broadcast_tensors(*operands)
-        mapping = {id(old): new for old, new in zip(operands, expanded)}
-        x, low, high = [mapping.get(id(v), v) for v in (x, low, high)]
     compute, result = promote_types([v for v in (x, low, high) if v is not None], DEFAULT)
+    x, low, high = broadcast_operands([x, low, high])
 
     def body(*values):
         value, rest = values[0], list(values[1:])

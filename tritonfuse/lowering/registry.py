@@ -69,9 +69,7 @@ def register_lowering(*aten_ops, broadcast=False, type_promotion=None):
                     compute_dtype, result_dtype = promote_types(args, type_promotion)
                     kwargs = dict(kwargs, compute_dtype=compute_dtype, result_dtype=result_dtype)
                 if broadcast and tensor_positions:
-                    expanded = broadcast_tensors(*[args[i] for i in tensor_positions])
-                    for i, value in zip(tensor_positions, expanded):
-                        args[i] = value
+                    args = broadcast_operands(args)
             return fn(*args, **kwargs)
 
         for op in aten_ops:
@@ -152,6 +150,15 @@ def expand(x: TensorBox, size) -> TensorBox:
 def broadcast_tensors(*tensors):
     target = broadcast_shapes(*[t.get_size() for t in tensors])
     return [expand(t, target) for t in tensors]
+
+
+def broadcast_operands(values):
+    """``values`` with its tensors broadcast to one shape (scalars and None kept).
+    Promote types *before* this: a 0-d tensor takes part in eager's type promotion only
+    when its category is higher, and broadcast it is no longer 0-d."""
+    tensors = [v for v in values if isinstance(v, TensorBox)]
+    expanded = iter(broadcast_tensors(*tensors)) if tensors else iter(())
+    return [next(expanded) if isinstance(v, TensorBox) else v for v in values]
 
 
 def make_loader(value, dtype):
