@@ -100,9 +100,7 @@ EXPECTED_FAILURES = {
     "all": {"narrow": _SCALAR_FROM_A_TENSOR, "tensor_split": _SCALAR_FROM_A_TENSOR},
     "cpu": {},
     "triton-interpret": {},
-    "cuda": {"torch.ops.aten._efficient_attention_forward": (
-        "outputs 2 and 3 (philox seed and offset) are torch.empty when dropout_p is 0: uninitialized memory in "
-        "eager too, so no two calls agree on them; the attention output and logsumexp match")},
+    "cuda": {},
 }
 
 

@@ -42,9 +42,10 @@ FAST_SAMPLE = [
     # pointwise, type promotion, integer math
     ("add", (f32, bf16, i64)), ("sigmoid", (f32, f16)), ("where", (f32,)), ("clamp", (f32, i32)),
     ("nn.functional.gelu", (f32,)), ("pow", (f32,)), ("remainder", (i64,)), ("lerp", (f32,)),
+    ("nn.functional.cosine_similarity", (bf16,)),   # a float32 0-d eps beside bf16 norms
     # reductions
     ("sum", (f32, bf16, i64)), ("amax", (f32,)), ("argmax", (f32,)), ("var_mean", (f32,)), ("any", (b8,)),
-    ("logsumexp", (f32,)), ("masked.var", (f32,)),
+    ("logsumexp", (f32,)), ("masked.var", (f32,)), ("cumsum", (bf16,)),
     # views
     ("transpose", (f32,)), ("squeeze", (f32,)), ("expand", (f32,)), ("narrow", (f32,)), ("as_strided", (f32,)),
     # creation, concatenation and indexing
