@@ -53,8 +53,9 @@ class BackendUnavailable(RuntimeError):
 
 
 # A backend name may end in a torch.compile mode: "inductor-max-autotune" and
-# "tritonfuse-max-autotune" compile with mode="max-autotune".
-MODE_SUFFIXES = ("max-autotune",)
+# "tritonfuse-max-autotune" compile with mode="max-autotune", "-reduce-overhead" with
+# mode="reduce-overhead" (CUDA graphs).
+MODE_SUFFIXES = ("max-autotune", "reduce-overhead")
 
 
 def split_backend(name: str) -> tuple[str, str | None]:
