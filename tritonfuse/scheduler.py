@@ -20,6 +20,7 @@ Template nodes. A buffer computed by a kernel template (a GEMM under max-autotun
 node whose group may absorb pointwise consumers of its output, which the template then
 computes in its store (epilogues); it fuses with nothing else.
 """
+import heapq
 import itertools
 import logging
 from dataclasses import dataclass, field
@@ -409,23 +410,29 @@ class Scheduler:
 
     # ---- order and lifetimes ----------------------------------------------------------
     def _topological_order(self, groups, preds=None):
+        """``groups`` in dependency order, the earliest (by position) of those ready first."""
         if preds is None:
             owner = self._group_of(groups)
             readers = self._input_readers(groups)
             preds = {id(g): self._direct_preds(g, owner, readers) for g in groups}
-        by_id = {id(g): g for g in groups}
-        done, order = set(), []
-        remaining = sorted(groups, key=lambda g: g.position)
-        while remaining:
-            for group in remaining:
-                if preds[id(group)] <= done:
-                    order.append(group)
-                    done.add(id(group))
-                    remaining.remove(group)
-                    break
-            else:
-                raise AssertionError("cycle in the fused graph")
-        del by_id
+        waiting = {id(g): len(preds[id(g)]) for g in groups}
+        successors = {}
+        for group in groups:
+            for pred in preds[id(group)]:
+                successors.setdefault(pred, []).append(group)
+        index = {id(g): i for i, g in enumerate(groups)}   # (a tie-break the heap never compares groups by)
+        ready = [(g.position, index[id(g)], g) for g in groups if not waiting[id(g)]]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            _, _, group = heapq.heappop(ready)
+            order.append(group)
+            for successor in successors.get(id(group), ()):
+                waiting[id(successor)] -= 1
+                if not waiting[id(successor)]:
+                    heapq.heappush(ready, (successor.position, index[id(successor)], successor))
+        if len(order) != len(groups):
+            raise AssertionError("cycle in the fused graph")
         return order
 
     def internal_buffers(self, group: FusedNode):
