@@ -252,3 +252,24 @@ def test_batch_norm_statistics_without_copy_kernels(device):
     with _CopiesInto(buffers) as counter:
         compiled(x)
     assert counter.count == 0
+
+
+def test_cuda_graph_replays_write_the_input(device, monkeypatch):
+    """Under mode="reduce-overhead" an input the graph writes into is used where it is (a
+    replay writes the caller's tensor), and the capture's extra run does not write it twice."""
+    from tritonfuse.runtime import cudagraphs
+    if device != "cuda":
+        from tests.cudagraph_emulation import EmulatedDriver
+        monkeypatch.setitem(cudagraphs.DRIVERS, "cpu", EmulatedDriver())
+
+    def fn(x, y):
+        x.mul_(2).add_(y)
+        return x.sum()
+    x, y = torch.randn(32, device=device), torch.randn(32, device=device)
+    expected_x = x.clone()
+    compiled = torch.compile(fn, backend="tritonfuse", mode="reduce-overhead")
+    for _ in range(4):
+        expected = fn(expected_x, y)
+        assert_same(compiled(x, y), expected, atol=1e-4, rtol=1e-4)
+        assert_same(x, expected_x, atol=1e-4, rtol=1e-4)
+    assert tritonfuse.metrics.cudagraph_replays >= 2
