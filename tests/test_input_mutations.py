@@ -273,3 +273,31 @@ def test_cuda_graph_replays_write_the_input(device, monkeypatch):
         assert_same(compiled(x, y), expected, atol=1e-4, rtol=1e-4)
         assert_same(x, expected_x, atol=1e-4, rtol=1e-4)
     assert tritonfuse.metrics.cudagraph_replays >= 2
+
+
+def test_first_call_failing_after_a_write_runs_eagerly_from_the_old_values(device, monkeypatch):
+    """Generated code that fails on its first call after writing an input: the input gets
+    its old value back, and the eager graph (which holds the copy_) writes it once."""
+    from tritonfuse import compile_fx
+    original_init = compile_fx.CompiledGraph.__init__
+
+    def failing_after_the_call(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        real_call = self.call
+
+        def call(inputs):
+            real_call(inputs)
+            raise RuntimeError("injected failure after the kernels ran")
+        self.call = call
+    monkeypatch.setattr(compile_fx.CompiledGraph, "__init__", failing_after_the_call)
+
+    def fn(x):
+        x.add_(1)
+        return x * 2
+    x = torch.randn(10, device=device)
+    expected_x = x.clone()
+    compiled = torch.compile(fn, backend="tritonfuse")
+    for _ in range(2):
+        assert_same(compiled(x), fn(expected_x))
+        assert_same(x, expected_x)
+    assert tritonfuse.metrics.eager_graphs == 1
