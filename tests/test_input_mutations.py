@@ -91,6 +91,14 @@ def test_copy_of_the_transpose(device):
     check_mutation(fn, torch.randn(7, 7, device=device))
 
 
+def test_overwritten_without_being_read(device):
+    def fn(x, y):
+        x.copy_(y * 2)
+        return y + 1
+    sources = check_mutation(fn, torch.randn(4, 6, device=device), torch.randn(4, 6, device=device))
+    assert "MUTATED_INPUTS" in sources[0]
+
+
 def test_two_inputs_swapped(device):
     def fn(x, y):
         tmp = x.clone()

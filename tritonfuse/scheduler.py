@@ -57,8 +57,11 @@ class SchedulerNode:
         self.mutated_name = buffer.target.name if scatter else None
         if self.mutated_name is not None:
             self.read_names.add(self.mutated_name)
-        # the graph input this node writes its value into (its memory; read by others before)
+        # the graph input this node writes its value into (its memory; read by others before,
+        # and named among this node's reads: the input lives until the write)
         self.written_input = buffer.target.name if isinstance(buffer, InputMutation) else None
+        if self.written_input is not None:
+            self.read_names.add(self.written_input)
         self.origins = tuple(buffer.data.origins)
         self.is_template = isinstance(buffer, TemplateBuffer)
 
