@@ -309,3 +309,14 @@ def test_first_call_failing_after_a_write_runs_eagerly_from_the_old_values(devic
         assert_same(compiled(x), fn(expected_x))
         assert_same(x, expected_x)
     assert tritonfuse.metrics.eager_graphs == 1
+
+
+def test_graph_loaded_from_the_cache_writes_the_input(device):
+    def fn(x):
+        x.mul_(3)
+        return x + 1
+    for expect_hit in (False, True):
+        torch._dynamo.reset()
+        hits = tritonfuse.metrics.graph_cache_hits
+        check_mutation(fn, torch.randn(12, device=device), calls=2)
+        assert (tritonfuse.metrics.graph_cache_hits > hits) == expect_hit
