@@ -75,6 +75,16 @@ def test_mul_in_place_read_before(device):
     check_mutation(fn, torch.randn(6, 10, device=device), torch.randn(6, 10, device=device))
 
 
+def test_read_of_the_old_value_by_a_fallback(device):
+    """An aten call (a matmul) and a view of the input read the old value."""
+    def fn(x, w):
+        y = x @ w
+        t = x.t()[1:]
+        x.add_(y[:, :1])
+        return y, t * 2
+    check_mutation(fn, torch.randn(6, 6, device=device), torch.randn(6, 4, device=device))
+
+
 def test_read_of_the_old_value_by_a_reduction(device):
     def fn(x):
         total = x.sum(1, keepdim=True)
