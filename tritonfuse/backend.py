@@ -3,8 +3,11 @@
 Dynamo hands over an FX graph of torch ops; aot_autograd (with tritonfuse's explicit
 decomposition table) functionalizes it into aten graphs (forward, and backward when
 gradients are needed) and each goes through ``compile_fx.compile_graph``. Mutated inputs
-are written back by aot_autograd's runtime wrapper, as eager would; an inference graph
-that needs none of that wrapper's work is called directly (``direct_inference``).
+that need no gradient stay in the graph (``keep_inference_input_mutations``): the kernel
+computing an input's new value writes it there (lowering/input_mutation.py); other
+mutations (of metadata, of inputs that require grad) are written back by aot_autograd's
+runtime wrapper, as eager would. An inference graph that needs none of that wrapper's work
+is called directly (``direct_inference``).
 
 torch.compile's ``mode`` and ``options`` become one ``CompileOptions`` per call
 (compile_options.py): with ``mode="max-autotune"`` (or ``options={"max_autotune": True}``,
@@ -160,7 +163,10 @@ def _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_t
         bw_compiler=_compiler("backward", options, cudagraphs),
         inference_compiler=shortcut.wrap(_compiler("inference", options, cudagraphs)),
         decompositions=decomposition_table(),
-        keep_inference_input_mutations=False,
+        # mutations of inputs that need no gradient stay in the graph as copy_(input, value)
+        # (batch norm's running statistics, x.add_(1)): the kernel that computes the value
+        # writes it into the input (lowering/input_mutation.py), no eager copy_ after the graph
+        keep_inference_input_mutations=True,
         # the forward saves what is cheapest to keep: cheap pointwise work (casts, masks,
         # activations) is recomputed in the backward's kernels instead of written out and
         # read back (the bf16 logits of a language model rather than their float32 copy)

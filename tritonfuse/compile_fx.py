@@ -59,7 +59,9 @@ class CompiledGraph:
     first call. A graph loaded from the on-disk cache that fails there is deleted from the
     cache and compiled afresh (`rebuild`), then called again: a damaged cache entry never
     sends a graph to eager. A freshly compiled graph that fails on its first call runs
-    eagerly from then on (logged), so a compiler bug never crashes the user's model."""
+    eagerly from then on (logged), so a compiler bug never crashes the user's model.
+    The inputs the graph writes into (``MUTATED_INPUTS``) get their old values back before
+    a retry: the eager graph holds the ``copy_`` into them itself, and writes them once."""
     def __init__(self, module, path, eager_fn=None, rebuild=None, output_strides=None):
         self._boxed_call = True   # an instance attribute: wrappers copy __dict__
         self.module = module
@@ -79,12 +81,17 @@ class CompiledGraph:
         saved = list(args)
         for i in getattr(self.module, "OVERWRITTEN_INPUTS", ()):   # the retry needs their values
             saved[i] = saved[i].clone()
+        # inputs the graph writes into: a failed call may have written some already, and
+        # the retry (which writes them itself) must start from their old values
+        old_values = [(saved[i], saved[i].clone()) for i in getattr(self.module, "MUTATED_INPUTS", ())]
         call = self.call
         try:
             result = list(call(args))
         except IntegerDivisionByZero:   # eager's own error for these inputs, not a compiler bug
             raise
         except Exception as error:
+            for tensor, old in old_values:
+                tensor.copy_(old)
             result = self._first_call_failed(call, error, saved)
         self.first_call = False
         self.rebuild = None

@@ -26,6 +26,7 @@ from .layout_opt import (
     walks_channels_last,
 )
 from .lowering import Unsupported, lowerings
+from .lowering.input_mutation import write_into_inputs
 from .lowering.reductions import sumexp, sumexp_of_finite_shift
 from .lowering.registry import make_loader
 from .patterns import match_online_softmax_sum
@@ -70,6 +71,8 @@ class GraphLowering(torch.fx.Interpreter):
         # for a symbol a fallback produces (``.item()``): bound where that fallback runs
         self.symbol_sources = {}
         self.host_scalars = []       # symbols of 0-d CPU inputs read on the host (_host_scalar)
+        # (graph input, its new value) of each copy_ into an input (lowering/input_mutation.py)
+        self.input_mutations = []
 
     # ---- names and registration -----------------------------------------------------
     def register_buffer(self, buffer: Buffer) -> str:
@@ -230,6 +233,7 @@ class GraphLowering(torch.fx.Interpreter):
                 self.outputs.append(self._realize_saved_output(value, meta, node))
             else:
                 self.outputs.append(self._realize_output(value, meta))
+        write_into_inputs(self)    # after every reader of the inputs' old values
         return results
 
     def _realize_shared_output_bases(self, results, metas):

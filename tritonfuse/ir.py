@@ -12,7 +12,8 @@ a buffer) or a view of another value. A computation is ``Pointwise`` or ``Reduct
 
 ``Scan`` is a computation over rows like a reduction that stores every prefix. A
 ``Scatter`` writes indirectly into a buffer made for it; its ``MutationBuffer`` is that
-buffer after the writes.
+buffer after the writes. An ``InputMutation`` is a ``MutationBuffer`` whose computation
+writes a graph input's new value into the input's memory.
 
 A ``TemplateBuffer`` is computed by a kernel template instead of a loop body (a matmul
 under max-autotune): lowering creates it realized; its pointwise consumers may fuse into
@@ -241,6 +242,17 @@ class MutationBuffer(ComputedBuffer):
         ops.store_scatter(self.name, index, data.inner_fn(list(xvars) + list(rvars)), data.mode)
 
 
+class InputMutation(MutationBuffer):
+    """A graph input written in place (aot_autograd's ``copy_(input, value)``, kept in the
+    graph: batch norm's running statistics, ``x.add_(1)``, a KV-cache update): ``data``
+    computes the new value element by element and stores it in the input's own layout
+    (its strides; the tensor passed in carries its storage offset). The scheduler orders
+    every read of the old value before it (scheduler.py: ``written_input``)."""
+
+    def body(self, xvars, rvars):
+        ComputedBuffer.body(self, xvars, rvars)
+
+
 def mutate(target: Buffer, scatter: Scatter) -> "TensorBox":
     """Schedule ``scatter`` to write into ``target``; the value ``target`` holds afterwards."""
     from .graph import current_graph
@@ -339,6 +351,22 @@ class FallbackKernel:
         visit(self.args)
         visit(list(self.kwargs.values()))
         return found
+
+    def written_buffers(self):
+        """The graph inputs the op writes into (its schema marks the argument written,
+        as ``copy_``'s self), as buffer names."""
+        schema = getattr(self.op, "_schema", None)
+        if schema is None:
+            return []
+        written = []
+        for position, argument in enumerate(schema.arguments):
+            if argument.alias_info is None or not argument.alias_info.is_write:
+                continue
+            value = self.args[position] if position < len(self.args) else self.kwargs.get(argument.name)
+            buffer = value.buffer if isinstance(value, ReinterpretView) else value
+            if isinstance(buffer, InputBuffer):
+                written.append(buffer.name)
+        return written
 
 
 @dataclass

@@ -10,12 +10,17 @@ A scan is grouped like a reduction over the dim it scans (it stores every elemen
 
 Mutations. A scatter (``ir.MutationBuffer``) writes into a buffer made for it alone: it
 depends on that buffer's producer, and fuses with neither that producer nor a reader of
-its result (``_mutation_fusion_ok``).
+its result (``_mutation_fusion_ok``). A graph input written in place (``ir.InputMutation``,
+or a fallback whose op writes into its argument) runs after every other reader of the
+input's old value: write-after-read dependencies (``_direct_preds``). It shares a kernel
+with a reader of the old value only where each element is read before it is written by
+the same program (``_input_write_fusion_ok``).
 
 Template nodes. A buffer computed by a kernel template (a GEMM under max-autotune) is a
 node whose group may absorb pointwise consumers of its output, which the template then
 computes in its store (epilogues); it fuses with nothing else.
 """
+import heapq
 import itertools
 import logging
 from dataclasses import dataclass, field
@@ -26,7 +31,7 @@ import torch
 
 from . import config, metrics, sym
 from .dependencies import extract_deps, flat_x_form, split_sizes
-from .ir import ComputedBuffer, FallbackKernel, MutationBuffer, TemplateBuffer
+from .ir import ComputedBuffer, FallbackKernel, InputMutation, MutationBuffer, TemplateBuffer
 
 log = logging.getLogger("tritonfuse.scheduler")
 
@@ -48,9 +53,15 @@ class SchedulerNode:
         reads, _ = extract_deps(buffer, self.x_sizes, self.r_sizes)
         self.read_names = {dep.name for dep in reads}
         # the buffer a scatter writes into: a dependency, though the kernel never loads it
-        self.mutated_name = buffer.target.name if isinstance(buffer, MutationBuffer) else None
+        scatter = isinstance(buffer, MutationBuffer) and not isinstance(buffer, InputMutation)
+        self.mutated_name = buffer.target.name if scatter else None
         if self.mutated_name is not None:
             self.read_names.add(self.mutated_name)
+        # the graph input this node writes its value into (its memory; read by others before,
+        # and named among this node's reads: the input lives until the write)
+        self.written_input = buffer.target.name if isinstance(buffer, InputMutation) else None
+        if self.written_input is not None:
+            self.read_names.add(self.written_input)
         self.origins = tuple(buffer.data.origins)
         self.is_template = isinstance(buffer, TemplateBuffer)
 
@@ -90,6 +101,7 @@ class FallbackNode:
         self.position = position
         self.read_names = set(kernel.input_buffers())
         self.output_names = [out.name for out in kernel.outputs]
+        self.written_inputs = set(kernel.written_buffers())   # (an aten copy_ into a graph input)
 
 
 @dataclass
@@ -124,6 +136,11 @@ class FusedNode:
 
     def read_names(self):
         return set().union(*(n.read_names for n in self.nodes)) - self.names
+
+    @property
+    def written_inputs(self) -> set:
+        """The graph inputs this kernel writes into."""
+        return {n.written_input for n in self.nodes if n.written_input is not None}
 
     def node_layouts(self):
         """[(node, x sizes, r sizes, kind)] in execution order."""
@@ -175,24 +192,46 @@ class Scheduler:
                         owner[out] = group
         return owner
 
-    def _direct_preds(self, group, owner):
+    def _direct_preds(self, group, owner, readers=None):
+        """The groups ``group`` must run after: the producers of what it reads, and (when it
+        writes into a graph input) every other group that reads the input's old value.
+        ``readers``: {graph input written somewhere: groups reading it} (``_input_readers``)."""
         preds = set()
         names = group.read_names() if isinstance(group, FusedNode) else group.read_names
         for name in names:
             producer = owner.get(name)
             if producer is not None and producer is not group:
                 preds.add(id(producer))
+        if readers is None:
+            readers = self._input_readers([group] + list({id(g): g for g in owner.values()}.values()))
+        for name in group.written_inputs:
+            preds |= {id(reader) for reader in readers.get(name, ()) if reader is not group}
         return preds
+
+    @staticmethod
+    def _input_readers(groups):
+        """{graph input that some group writes into: the groups that read it}."""
+        written = set().union(*(g.written_inputs for g in groups))
+        readers = {}
+        for group in groups:
+            names = group.read_names() if isinstance(group, FusedNode) else group.read_names
+            for name in names & written:
+                readers.setdefault(name, []).append(group)
+        return readers
 
     def _ancestors(self, groups):
         owner = self._group_of(groups)
         by_id = {id(g): g for g in groups}
+        readers = self._input_readers(groups)
+        preds = {id(g): self._direct_preds(g, owner, readers) for g in groups}
         ancestors = {}
-        for group in sorted(groups, key=lambda g: g.position):
+        # in dependency order (a write into an input may come before, by position, a read
+        # it must follow, once fused with an earlier node)
+        for group in self._topological_order(groups, preds):
             acc = set()
-            for pred in self._direct_preds(group, owner):
+            for pred in preds[id(group)]:
                 acc.add(pred)
-                acc |= ancestors.get(pred, set())
+                acc |= ancestors[pred]
             ancestors[id(group)] = acc
         return ancestors, by_id, owner
 
@@ -259,7 +298,7 @@ class Scheduler:
         merged = FusedNode(a.nodes + b.nodes, a.device, x_numel, r_numel, a.names | b.names)
         if any(n.sizes_in_group(x_numel, r_numel) is None for n in merged.nodes):
             return None
-        if not self._mutation_fusion_ok(merged):
+        if not self._mutation_fusion_ok(merged) or not self._input_write_fusion_ok(merged):
             return None
         if not self._dependencies_line_up(merged):
             return None
@@ -275,7 +314,7 @@ class Scheduler:
         no scatter), reading what the group writes, writing nothing the template group
         reads (no prologue), and holding no template of its own."""
         return (template.template is not None and other.template is None and not other.is_reduction()
-                and all(n.mutated_name is None for n in other.nodes)
+                and all(n.mutated_name is None and n.written_input is None for n in other.nodes)
                 and bool(template.names & other.read_names()) and not (other.names & template.read_names()))
 
     @staticmethod
@@ -326,6 +365,43 @@ class Scheduler:
                 return False
         return True
 
+    def _input_write_fusion_ok(self, merged: FusedNode) -> bool:
+        """A kernel that writes into a graph input may read the input's old value only
+        where every program reads each element before writing it: each read is of the
+        element the writing node writes in the same iteration (no other index, nothing
+        indirect), and comes first: by a node whose value the writer uses (a reduction
+        kernel's epilogue), or, in a pointwise kernel (one loop, nodes in order), by an
+        earlier node."""
+        if not merged.written_inputs:
+            return True
+        layouts = merged.node_layouts()
+        writers = {node.written_input: (node, kind, extract_deps(node.buffer, xs, rs)[1])
+                   for node, xs, rs, kind in layouts if node.written_input is not None}
+        uses = self._uses_within(merged)
+        for node, x_sizes, r_sizes, kind in layouts:
+            reads, _ = extract_deps(node.buffer, x_sizes, r_sizes)
+            for dep in reads:
+                if dep.name not in writers:
+                    continue
+                writer, writer_kind, write = writers[dep.name]
+                if dep.indirect or kind != writer_kind or not self._same_element(dep, write) \
+                        or dep.r_sizes != write.r_sizes:
+                    return False
+                before = node is writer or node.name in uses[writer.name] or (
+                    merged.r_numel == 1 and node.position < writer.position)
+                if not before:
+                    return False
+        return True
+
+    @staticmethod
+    def _uses_within(merged: FusedNode):
+        """{node name: the names of the group's nodes whose values it uses, transitively}."""
+        uses = {}
+        for node in sorted(merged.nodes, key=lambda n: n.position):
+            direct = node.read_names & merged.names
+            uses[node.name] = set(direct).union(*(uses.get(name, set()) for name in direct))
+        return uses
+
     @staticmethod
     def _same_element(dep, write) -> bool:
         if dep.x_sizes == write.x_sizes:
@@ -336,29 +412,38 @@ class Scheduler:
         return flat_dep is not None and flat_dep == flat_write
 
     # ---- order and lifetimes ----------------------------------------------------------
-    def _topological_order(self, groups):
-        owner = self._group_of(groups)
-        by_id = {id(g): g for g in groups}
-        preds = {id(g): self._direct_preds(g, owner) for g in groups}
-        done, order = set(), []
-        remaining = sorted(groups, key=lambda g: g.position)
-        while remaining:
-            for group in remaining:
-                if preds[id(group)] <= done:
-                    order.append(group)
-                    done.add(id(group))
-                    remaining.remove(group)
-                    break
-            else:
-                raise AssertionError("cycle in the fused graph")
-        del by_id
+    def _topological_order(self, groups, preds=None):
+        """``groups`` in dependency order, the earliest (by position) of those ready first."""
+        if preds is None:
+            owner = self._group_of(groups)
+            readers = self._input_readers(groups)
+            preds = {id(g): self._direct_preds(g, owner, readers) for g in groups}
+        waiting = {id(g): len(preds[id(g)]) for g in groups}
+        successors = {}
+        for group in groups:
+            for pred in preds[id(group)]:
+                successors.setdefault(pred, []).append(group)
+        index = {id(g): i for i, g in enumerate(groups)}   # (a tie-break the heap never compares groups by)
+        ready = [(g.position, index[id(g)], g) for g in groups if not waiting[id(g)]]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            _, _, group = heapq.heappop(ready)
+            order.append(group)
+            for successor in successors.get(id(group), ()):
+                waiting[id(successor)] -= 1
+                if not waiting[id(successor)]:
+                    heapq.heappush(ready, (successor.position, index[id(successor)], successor))
+        if len(order) != len(groups):
+            raise AssertionError("cycle in the fused graph")
         return order
 
     def internal_buffers(self, group: FusedNode):
         """Buffers produced and consumed only inside ``group``: never allocated."""
         readers = self._readers()
-        return {name for name in group.names
-                if name not in self.output_names and not readers.get(name, set()) - {id(group)}}
+        writes_input = {node.name for node in group.nodes if node.written_input is not None}
+        return {name for name in group.names if name not in self.output_names and name not in writes_input
+                and not readers.get(name, set()) - {id(group)}}
 
     def _readers(self):
         """{buffer name: ids of the groups that read it} (the groups are final by now)."""

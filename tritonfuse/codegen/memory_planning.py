@@ -32,6 +32,11 @@ reuse: graph inputs (but donated ones) and constants, graph outputs (and the buf
 outputs are views of), a scatter's target (the ``MutationBuffer`` result is bound to its
 memory and keeps it), and every tensor argument and output of a fallback whose op may
 alias or mutate its arguments (its schema says so, or it has no schema).
+
+A graph input written in place (``ir.InputMutation``) is such a target too: its writer is
+bound to the input's tensor, the kernel gets one ``in_out_ptr`` for the input it reads and
+writes (``written_inputs``), and the input's name lives to the end of the call (the wrapper
+copies it back where it had to be laid out anew: codegen/wrapper.py).
 """
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
@@ -53,11 +58,15 @@ class MemoryPlan:
     frees: List[List[str]] = field(default_factory=list)   # per group: buffers to free after it
     unused_inputs: List[str] = field(default_factory=list)  # graph inputs nothing reads: freed first
     overwritten_inputs: Tuple[int, ...] = ()   # positions of the donated inputs taken over
+    written_inputs: Dict[str, str] = field(default_factory=dict)   # InputMutation node -> the graph input
 
     def in_place_outputs(self, names) -> Dict[str, str]:
-        """{output: the input it is written over} for the outputs ``names`` of one kernel."""
-        return {name: self.takes[name][1] for name in names
-                if name in self.takes and self.takes[name][0] == IN_PLACE}
+        """{output: the input it is written over} for the outputs ``names`` of one kernel
+        (a graph input's new value is written over the input: one pointer, never two that
+        alias)."""
+        found = {name: self.takes[name][1] for name in names if name in self.takes and self.takes[name][0] == IN_PLACE}
+        found.update((name, self.written_inputs[name]) for name in names if name in self.written_inputs)
+        return found
 
     def frees_after(self, group_index: int) -> List[str]:
         return self.frees[group_index]
@@ -70,13 +79,16 @@ def plan_memory(graph, scheduler) -> MemoryPlan:
     donated = donated_inputs(graph) - scheduler.output_names
     keep = scheduler.output_names | (inputs - donated) | set(graph.constants)
     shared, bound = _shared_memory(scheduler)
-    pinned = keep | shared
+    plan = MemoryPlan()
+    plan.written_inputs = written_inputs(scheduler)
+    pinned = keep | shared | set(plan.written_inputs)   # (a graph input's memory, under another name)
     dead_after = [[] for _ in groups]
     for name, last in sorted(last_use.items()):
+        if name in plan.written_inputs.values():   # kept to the end: the wrapper may copy it back
+            continue
         if name not in keep or (name in inputs and name not in scheduler.output_names):
             dead_after[last].append(name)
 
-    plan = MemoryPlan()
     plan.unused_inputs = sorted(inputs - set(last_use) - scheduler.output_names)
     allocated = set(donated)   # buffers the wrapper allocates, a fallback returns or aot_autograd donates
     pool = []           # dead buffers free to take over, most recently freed last
@@ -105,6 +117,12 @@ def plan_memory(graph, scheduler) -> MemoryPlan:
     plan.frees = [[n for n in names if n not in taken] for names in plan.frees]
     plan.overwritten_inputs = tuple(i for i, name in enumerate(graph.input_order) if name in taken)
     return plan
+
+
+def written_inputs(scheduler) -> Dict[str, str]:
+    """{node: the graph input it writes its value into} (``ir.InputMutation``)."""
+    return {node.name: node.written_input for group in scheduler.groups if not isinstance(group, FallbackNode)
+            for node in group.nodes if node.written_input is not None}
 
 
 def donated_inputs(graph) -> set:

@@ -267,6 +267,9 @@ class WrapperCodeGen:
         code.writeline("")
         if self.memory_plan.overwritten_inputs:   # donated inputs written over (memory_planning.py)
             code.writeline(f"OVERWRITTEN_INPUTS = {self.memory_plan.overwritten_inputs!r}")
+        written = sorted(set(self.memory_plan.written_inputs.values()), key=graph.input_order.index)
+        if written:   # inputs the graph writes into (lowering/input_mutation.py)
+            code.writeline(f"MUTATED_INPUTS = {tuple(graph.input_order.index(n) for n in written)!r}")
         if self.cuda_index is not None:
             code.writeline("def call(args):")
             with code.indent():
@@ -286,6 +289,8 @@ class WrapperCodeGen:
                     code.writeline(f"{symbol} = {source}")
             for name in (n for n in names if n in graph.graph_inputs):
                 layout = graph.graph_inputs[name].layout
+                if name in written:   # the caller's tensor, to copy the new value back into
+                    code.writeline(f"{name}_given = {name}")
                 code.writeline(f"{name} = ensure_layout({name}, {_shape(layout.size)}, {_shape(layout.stride)})")
             for name in graph.constants:
                 code.writeline(f"{name} = CONSTANTS[{name!r}]")
@@ -293,6 +298,8 @@ class WrapperCodeGen:
                 code.writeline(f"del {', '.join(self.memory_plan.unused_inputs)}")
         code.splice(self.body)
         with code.indent():
+            for name in written:   # written into a copy in the layout the code was compiled for
+                code.writeline(f"if {name} is not {name}_given: {name}_given.copy_({name})")
             code.writeline(f"return {_shape(self._output_exprs())}")
         return code.getvalue()
 

@@ -1,6 +1,6 @@
 """aten -> IR lowerings. Importing this package registers every lowering."""
 from . import (  # noqa: F401  (registration side effects)
-    indexing, layout, matmul, pointwise, pointwise_math, pooling, reductions, scan, scatter_views, tensor_ops,
+    indexing, input_mutation, layout, matmul, pointwise, pointwise_math, pooling, reductions, scan, scatter_views, tensor_ops,
     views,
 )
 from .registry import Unsupported, lowerings

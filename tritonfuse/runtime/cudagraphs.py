@@ -10,8 +10,9 @@ compiled graph (inference, forward, backward) that can be captured behind a
              every kernel (nothing is tuned while capturing)
     call 2   captures it on static inputs into a memory pool of its own, then replays it
     later    replays: copies each input that may change into its static buffer (unless it
-             already is that buffer); parameters, buffers and the tensors the forward saved
-             for the backward are read where they are and only checked not to have moved
+             already is that buffer); parameters, buffers, the tensors the forward saved
+             for the backward and the inputs the graph writes into are read (and written)
+             where they are and only checked not to have moved
 
 Outputs live in the graph's pool, so the next replay of the same graph overwrites them.
 That is torch's rule for ``reduce-overhead``, and it is checked here:
@@ -85,11 +86,14 @@ def wrap(compiled, gm, example_inputs, graph_id: str, kind: str, tracker: Backwa
         fixed = {i for i, node in enumerate(placeholders) if not node.name.startswith("tangents")}
     else:                       # parameters and buffers
         fixed = set(getattr(metadata, "static_input_indices", None) or ())
+    # inputs the graph writes into (lowering/input_mutation.py): written where they are
+    mutated = {i for i, node in enumerate(placeholders)
+               if any(user.target is torch.ops.aten.copy_.default and user.args[0] is node for user in node.users)}
     user_outputs = None         # every output, for an inference graph
     if kind == "forward":       # (mutated inputs, outputs, ...) then the tensors saved for the backward
         known = metadata is not None and not getattr(metadata, "tokens", None)
         user_outputs = getattr(metadata, "num_forward", 0) if known else 0    # unknown: all saved (the safe side)
-    return CudaGraphRunner(compiled, graph_id, kind, fixed, user_outputs, tracker)
+    return CudaGraphRunner(compiled, graph_id, kind, fixed, user_outputs, tracker, mutated)
 
 
 def capture_blocker(gm, example_inputs):
@@ -132,13 +136,14 @@ def _forward_metadata():
 class CudaGraphRunner:
     """A compiled graph replayed from a CUDA graph (boxed: takes the list of inputs)."""
 
-    def __init__(self, compiled, graph_id, kind, fixed_inputs, user_outputs, tracker=None):
+    def __init__(self, compiled, graph_id, kind, fixed_inputs, user_outputs, tracker=None, mutated_inputs=()):
         self._boxed_call = True
         self.tracker = tracker
         self.compiled = compiled
         self.graph_id = graph_id
         self.kind = kind
         self.fixed = set(fixed_inputs)      # may be read where they are: parameters, buffers, saved tensors
+        self.mutated = set(mutated_inputs)  # written by the graph: always used where they are
         self.user_outputs = user_outputs    # outputs [0, n) are the caller's; None: all of them
         self.calls = 0
         self.disabled = None                # why this graph never replays
@@ -186,7 +191,7 @@ class CudaGraphRunner:
         for i, arg in enumerate(args):
             if not isinstance(arg, torch.Tensor):
                 continue
-            if isinstance(arg, torch.nn.Parameter) or (i in self.fixed and (
+            if isinstance(arg, torch.nn.Parameter) or i in self.mutated or (i in self.fixed and (
                     self.kind != "backward" or arg.untyped_storage().data_ptr() in in_forward_memory)):
                 fixed.append(i)
         return fixed
@@ -306,7 +311,12 @@ class _Captured:
         self.expanded = [i for i in self.copied if _expanded_dims(self.static_inputs[i])]
         for i, target in zip(self.copied, self.copy_targets):
             target.copy_(_writable_source(args[i], target))
+        # capturing runs the graph once more (its warm-up): the inputs it writes into get
+        # their values back, for the replay that follows to write them once
+        old_values = [(args[i], args[i].clone()) for i in sorted(runner.mutated)]
         self.graph, outputs = self.driver.capture(runner.compiled, self.static_inputs, self.device)
+        for tensor, old in old_values:
+            tensor.copy_(old)
         self._plan_outputs(outputs, args, runner.role)
         self.thread = None
         self.stream = None                  # the stream of the last replay: (raw handle, stream)
