@@ -243,17 +243,27 @@ class CudaDriver:
         return f"this torch lacks {', '.join(missing)}" if missing else None
 
     def capture(self, run, static_inputs, device):
-        """(graph, static outputs) of ``run(static_inputs)`` captured on a side stream,
-        after one more warm-up run there (per-stream lazy set-up, e.g. cuBLAS)."""
-        stream = torch.cuda.Stream(device)
-        current = torch.cuda.current_stream(device)
-        with torch.cuda.device(device):
+        """(graph, static outputs) of ``run(static_inputs)`` captured on the device's capture
+        stream, after one more warm-up run there (per-stream lazy set-up, e.g. cuBLAS).
+
+        cuBLAS keeps a workspace per stream (32 MiB on an H100), allocated at its first
+        matmul there. Every capture shares one stream per device, and the workspaces are
+        dropped before and after capturing, as Inductor does: the capture allocates the one
+        it uses in the graph's own pool, and the warm-up's does not stay allocated beside
+        it (a stream per capture kept 32 MiB more allocated per captured graph)."""
+        with _CAPTURE_LOCK, torch.cuda.device(device):
+            stream = _capture_stream(device)
+            current = torch.cuda.current_stream(device)
             stream.wait_stream(current)
             with torch.cuda.stream(stream):
                 run(list(static_inputs))
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-                outputs = run(list(static_inputs))
+            _clear_cublas_workspaces()
+            try:
+                with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+                    outputs = run(list(static_inputs))
+            finally:
+                _clear_cublas_workspaces()
             current.wait_stream(stream)
         return graph, list(outputs)
 
@@ -465,6 +475,23 @@ def _retains_graph() -> bool:
         return bool(keep()) if keep is not None else False
     except RuntimeError:      # no backward running
         return False
+
+
+_CAPTURE_LOCK = threading.Lock()
+_CAPTURE_STREAMS = {}
+
+
+def _capture_stream(device):
+    """The one stream captures of ``device`` run on (made once, like torch's graph pools)."""
+    if device.index not in _CAPTURE_STREAMS:
+        _CAPTURE_STREAMS[device.index] = torch.cuda.Stream(device)
+    return _CAPTURE_STREAMS[device.index]
+
+
+def _clear_cublas_workspaces():
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
 
 
 def _device_of(args):
