@@ -73,10 +73,19 @@ class CppOuterReductions:
         width = -(-last // blocks)
         return min(last, -(-width // BLOCK_ALIGN) * BLOCK_ALIGN)
 
+    def _rows_split_among_threads(self, threads: int) -> bool:
+        """Partial rows rather than row blocks where the blocks would cut one row among the
+        threads (``x.sum(0)``): each thread then streams a contiguous share of the rows
+        instead of a strided part of every row. x.sum(0), 2048 x 512 f32, 2 threads, kernel
+        alone: 69 -> 51 us (eager 55 us)."""
+        sizes = [sym.to_int(s) for s in self.x_sizes]
+        accumulators = len(self.segments[0].layouts)
+        return threads > 1 and math.prod(sizes[:-1]) < threads and sizes[-1] * 8 * accumulators <= MAX_ROWS_BYTES
+
     def _generate_rows_outer_reduction(self) -> str:
         work = sym.hint(self.group.x_numel * self.group.r_numel)
         threads = self.num_threads if (self.num_threads > 1 and work >= common.PARALLEL_THRESHOLD) else 1
-        self.block_width = self._row_block_width(threads)
+        self.block_width = None if self._rows_split_among_threads(threads) else self._row_block_width(threads)
         self.partials = []                  # (accumulator name, C type, identity, combine)
         loop_body, epilogue = IndentedBuffer(), IndentedBuffer()
         self.pre, self.post = IndentedBuffer(), epilogue

@@ -51,7 +51,9 @@ def test_outer_dim_reductions(shape):
 
 
 @pytest.mark.parametrize("shape, dim, form", [
-    ((300, 1000), 0, "row blocks"),        # one row dim: blocks of columns, the last with a tail
+    ((40, 3000), 0, "row blocks"),         # one row dim too wide for a row per thread: blocks of
+                                           # columns, the last with a tail
+    ((300, 1000), 0, "partial rows"),      # one row dim: each thread a share of the rows
     ((8, 128, 256), 1, "row blocks"),      # whole rows, one per (collapsed) outer index
     ((3, 400, 40), 1, "row blocks"),       # 3 outer rows for 2 threads: split into blocks
     ((6000, 8), 0, "partial rows"),        # too few columns for the threads: split the reduction
@@ -66,6 +68,24 @@ def test_outer_reduction_forms(shape, dim, form, dtype, monkeypatch):
     assert kernel_count() == 1
     kernel = sources[1]
     assert ("_partial" in kernel) == (form == "partial rows"), kernel
+
+
+@pytest.mark.parametrize("make", [
+    lambda dtype: rand(513, 1531, dtype=dtype),                # odd sizes, a tail
+    lambda dtype: rand(2048, 512, dtype=dtype),
+    lambda dtype: rand(700, 40, dtype=dtype)[:, 3:37],         # sliced: rows a stride apart
+    lambda dtype: rand(1531, 513, dtype=dtype).t(),            # transposed
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_column_reductions_split_among_threads(make, dtype, monkeypatch):
+    # x.sum(0) with fewer output rows than threads: the threads take shares of the rows
+    # (partial rows) instead of blocks of every row
+    monkeypatch.setattr("cpu_backend.scheduling.default_num_threads", lambda: 2)
+    x = make(dtype)
+    tol = dict(atol=1e-3, rtol=1e-4) if dtype == torch.float32 else dict(atol=0.5, rtol=2e-2)
+    sources = check(lambda a: (a.sum(0), a.amax(0) * 2), x, **tol)
+    if x.is_contiguous():
+        assert "_partial" in sources[1], sources[1]
 
 
 def test_full_reduction_of_a_large_tensor():
