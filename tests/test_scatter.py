@@ -71,6 +71,19 @@ def test_scatter_add_3d_inner_dim(device):
     _no_fallbacks()
 
 
+def test_scatter_and_gather_at_a_constant_index(device):
+    """An index made inside the graph as a constant (every element to row 0) is folded
+    into the kernel: Triton's interpreter refused its run-time bounds test beside the
+    block mask, and the graph ran eagerly."""
+    x = rand(6, 9, device=device)
+
+    def fn(a):
+        zeros = torch.zeros(6, 6, dtype=torch.long, device=a.device)
+        ones = torch.ones(6, 4, dtype=torch.long, device=a.device)
+        return a.clone().scatter_add_(1, zeros, a[:, :6] * 2), torch.gather(a, 1, ones) + 1
+    check(fn, x)
+
+
 @pytest.mark.parametrize("include_self", [True, False])
 @pytest.mark.parametrize("reduce", ["sum", "amax", "amin", "prod"])
 def test_scatter_reduce(device, reduce, include_self):

@@ -379,6 +379,9 @@ class TritonKernel:
 
     def indirect_indexing(self, value, size):
         self.size_symbols |= sym.size_symbols(size)
+        constant = _in_bounds_constant(value, size)
+        if constant is not None:   # a literal index (a scatter into row 0): nothing to check at run time
+            return constant
         size = texpr(sympy.sympify(size))
         wrapped = self.cse.generate(self.out, f"tl.where({value} < 0, {value} + {size}, {value})", torch.int64,
                                     over_r=value.over_r if isinstance(value, CSEVariable) else False)
@@ -743,3 +746,16 @@ _FINAL_REDUCE = {
     "argmax": "tf_helpers.argmax({value}, tl.broadcast_to({index}, {value}.shape), 1)",
     "argmin": "tf_helpers.argmin({value}, tl.broadcast_to({index}, {value}.shape), 1)",
 }
+
+
+def _in_bounds_constant(value, size):
+    """The index ``value`` wrapped as eager wraps negative indices, when it is an integer
+    literal inside a static ``size``; else None. (Folded at generation: Triton's
+    interpreter rejects a mask combined from the block mask and a scalar bounds test.)"""
+    text = str(value).strip("()")
+    size = sympy.sympify(size)
+    if not size.is_Integer or not text.lstrip("-").isdigit():
+        return None
+    index = int(text) + (int(size) if text.startswith("-") else 0)
+    return sympy.Integer(index) if 0 <= index < int(size) else None
+
