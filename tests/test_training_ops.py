@@ -10,7 +10,8 @@ import tritonfuse
 from common import rand
 from tritonfuse import metrics
 from tritonfuse.codegen.registry import get_scheduling_class
-from tritonfuse.lowering.indexing import sums_in_eagers_order
+from tritonfuse.lowering import indexing
+from tritonfuse.lowering.indexing import scatter_sum_lowered
 
 MATMULS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default"}
 
@@ -21,8 +22,9 @@ def _triton(device) -> bool:
 
 def _embedding_backward_lowered(device) -> bool:
     """Whether embedding_dense_backward becomes a scatter: where the backend adds a row's
-    gradients in a fixed order, as eager does (not with float atomics on a GPU)."""
-    return sums_in_eagers_order(torch.device(device), "embedding_dense_backward")
+    gradients in a fixed order, as eager does, or may add them in none (float atomics on a
+    GPU, outside deterministic mode)."""
+    return scatter_sum_lowered(torch.device(device), "embedding_dense_backward")
 
 
 def _assert_embedding_backward(device):
@@ -156,17 +158,52 @@ def test_embedding_backward_fuses_into_the_layer_norm_backward(device):
         assert len(backward) == (2 if _triton(device) else 3), backward
 
 
+def _embedding_backward_step(device, scale_grad_by_freq=False, dtype=torch.float32):
+    torch.manual_seed(0)
+    weight, y = rand(25, 6, device=device, dtype=dtype), rand(2, 7, 6, device=device, dtype=dtype)
+    ids = torch.randint(0, 25, (2, 7), device=device)
+    ids[0, :4] = 5                                   # colliding rows
+    ids[1, 2] = 3                                    # the padding row
+    tol = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else {}
+    _forward_backward(lambda w, i, b: (F.embedding(i, w, padding_idx=3, scale_grad_by_freq=scale_grad_by_freq)
+                                       * b).cos(), [weight, ids, y], grad_of=[0], **tol)
+
+
 def test_embedding_backward_is_eagers_kernel_where_sums_would_be_unordered(device, monkeypatch):
     """With a backend whose float sums land in no fixed order (atomics on a GPU), the
-    decomposition declines: eager's deterministic embedding_dense_backward runs, as one
-    fallback (not the decomposition's masked index_put). The column's backend is made
-    unordered here, so CI checks the GPU's path."""
+    decomposition declines where eager's kernel is deterministic and the lowering must be
+    too: eager's embedding_dense_backward runs, as one fallback (not the decomposition's
+    masked index_put). The column's backend is made unordered here, so CI checks the GPU's
+    path."""
     monkeypatch.setattr(get_scheduling_class(device), "deterministic_scatter", False)
-    torch.manual_seed(0)
-    weight, y = rand(25, 6, device=device), rand(2, 7, 6, device=device)
-    ids = torch.randint(0, 25, (2, 7), device=device)
-    _forward_backward(lambda w, i, b: (F.embedding(i, w, padding_idx=3) * b).cos(), [weight, ids, y], grad_of=[0])
+    monkeypatch.setattr(indexing, "UNORDERED_AS_TORCH_COMPILE", {})
+    _embedding_backward_step(device)
     assert set(metrics.fallbacks) == {"aten.embedding_dense_backward.default"}, metrics.fallbacks
+
+
+@pytest.mark.parametrize("deterministic,scale_grad_by_freq,dtype", [
+    (False, False, torch.float32), (False, True, torch.float32), (False, False, torch.bfloat16),
+    (True, False, torch.float32)])
+def test_embedding_backward_with_atomics_as_torch_compile(device, monkeypatch, deterministic, scale_grad_by_freq,
+                                                          dtype):
+    """Where the op may add a row's gradients in no fixed order (CUDA: eager sorts, in about
+    20 launches; Inductor and tritonfuse use float atomics), it becomes a fused scatter-add
+    unless torch.use_deterministic_algorithms(True), which brings eager's kernel back. The
+    column's backend is made unordered and given the GPU's policy, so CI checks both paths."""
+    device_type = torch.device(device).type
+    monkeypatch.setattr(get_scheduling_class(device), "deterministic_scatter", False)
+    monkeypatch.setattr(indexing, "UNORDERED_AS_TORCH_COMPILE", {"embedding_dense_backward": (device_type,)})
+    # index_add, which it decomposes into, adds in no fixed order in eager on CUDA only
+    monkeypatch.setitem(indexing.EAGER_UNORDERED_WRITES, "index_add", (device_type,))
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    try:
+        _embedding_backward_step(device, scale_grad_by_freq, dtype)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    if deterministic:
+        assert set(metrics.fallbacks) == {"aten.embedding_dense_backward.default"}, metrics.fallbacks
+    else:
+        assert metrics.fallbacks == {}, metrics.fallbacks
 
 
 # ---- slice backward, constants --------------------------------------------------------------

@@ -25,7 +25,7 @@ DECOMPOSED_OPS = [
     # losses
     "mse_loss", "mse_loss_backward", "smooth_l1_loss", "huber_loss", "nll_loss_forward", "nll_loss2d_forward",
     "nll_loss_backward", "nll_loss2d_backward",   # one-hot scatters: pointwise (lowering/indexing.py)
-    "embedding_dense_backward",                   # zeros + masked index_put(accumulate=True), where ordered
+    "embedding_dense_backward",                   # zeros + masked index_put(accumulate=True), where allowed
     "binary_cross_entropy", "binary_cross_entropy_backward", "binary_cross_entropy_with_logits",
     # pointwise composites
     "rsub", "addcmul", "addcdiv", "lerp", "masked_fill", "frac", "deg2rad", "rad2deg", "square", "mvlgamma",
@@ -53,7 +53,7 @@ def decomposition_table():
     ops = [getattr(aten, name) for name in DECOMPOSED_OPS if hasattr(aten, name)]
     table = get_decompositions(ops)
     table.update(extra_decompositions.table())
-    table[aten.embedding_dense_backward.default] = _embedding_backward_where_ordered(
+    table[aten.embedding_dense_backward.default] = _embedding_backward_where_lowered(
         table[aten.embedding_dense_backward.default])
     table[aten._to_copy.default] = _dtype_cast_as_convert_element_type
     table[aten.detach.default] = _detach_as_alias
@@ -91,13 +91,41 @@ def _dtype_cast_as_convert_element_type(x, *, dtype=None, layout=None, device=No
     return torch.ops.prims.convert_element_type.default(x, dtype)
 
 
-def _embedding_backward_where_ordered(decomposition):
-    """embedding_dense_backward as a scatter-add that fuses (lowering/indexing.py) where the
-    backend adds a table row's gradients in a fixed order, as eager's kernel does; elsewhere
-    (float atomics on the GPU) eager's own kernel (NotImplemented keeps the op)."""
-    def decompose(grad_output, *args):
-        from .lowering.indexing import sums_in_eagers_order
-        if not sums_in_eagers_order(grad_output.device, "embedding_dense_backward"):
+def _embedding_backward_where_lowered(decomposition):
+    """embedding_dense_backward as a scatter-add that fuses (lowering/indexing.py):
+
+    * where the backend adds a table row's gradients in a fixed order, as eager's kernel
+      does: torch's decomposition (zeros + masked index_put(accumulate=True));
+    * where it may add them in none (float atomics on a GPU outside deterministic mode, as
+      torch.compile's default compiler does; indexing.UNORDERED_AS_TORCH_COMPILE): zeros +
+      index_add, an op whose eager kernel adds in no fixed order there as well;
+    * elsewhere eager's own kernel (NotImplemented keeps the op)."""
+    def decompose(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+        from .codegen.registry import deterministic_scatter
+        from .lowering.indexing import scatter_sum_lowered
+        if deterministic_scatter(grad_output.device.type):
+            return decomposition(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
+        if not scatter_sum_lowered(grad_output.device, "embedding_dense_backward"):
             return NotImplemented
-        return decomposition(grad_output, *args)
+        return _embedding_backward_as_index_add(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
     return decompose
+
+
+def _embedding_backward_as_index_add(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """The table's gradient as zeros + index_add of the rows of ``grad_output`` (16-bit
+    gradients summed in float32, as torch's decomposition does); rows of ``padding_idx``
+    add nothing; with ``scale_grad_by_freq`` each row is divided by its index's count (an
+    integer index_add: exact in any order)."""
+    width = grad_output.shape[indices.dim():]
+    row_shape = (-1,) + (1,) * len(width)
+    result_dtype = grad_output.dtype
+    sum_dtype = torch.float32 if result_dtype in (torch.float16, torch.bfloat16) else result_dtype
+    rows = grad_output.to(sum_dtype).reshape((-1,) + tuple(width))
+    flat = indices.reshape(-1).long()
+    if scale_grad_by_freq:
+        counts = torch.ops.aten.index_add.default(flat.new_zeros(num_weights), 0, flat, torch.ones_like(flat))
+        rows = rows / counts[flat].reshape(row_shape)
+    if padding_idx >= 0:
+        rows = rows.masked_fill((flat == padding_idx).reshape(row_shape), 0)
+    table = rows.new_zeros((num_weights,) + tuple(width))
+    return torch.ops.aten.index_add.default(table, 0, flat, rows).to(result_dtype)

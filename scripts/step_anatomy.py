@@ -1,0 +1,168 @@
+"""Where a compiled training step's time goes on a GPU: host enqueue against device time.
+
+    python scripts/step_anatomy.py llama --backends inductor,tritonfuse
+    python scripts/step_anatomy.py vit --backends tritonfuse --kernels 80 --host-profile 30
+
+For each backend, in one process per call of this script (run it once per backend for a
+clean host), the step of scripts/model_zoo.py (bf16, gradients cleared, as bench.py's
+training rows) is timed three ways:
+
+  * pipelined: back-to-back steps with L2 flushed before each, CUDA events around each
+    (what bench.py reports): max(host, device) per step, roughly;
+  * host: the wall time of the step's Python call while the GPU is held busy by a sleep
+    kernel queued before it, so no launch waits for the device: the pure enqueue cost;
+  * device: CUDA events around the same step, which was queued whole behind the sleep: the
+    pure device time, with no gap left by the host.
+
+A step whose host time exceeds its device time is host-bound: its pipelined time follows
+the host. Then the kernels per step (torch profiler), by family (Triton kernels of the
+backend, cuBLAS/cuDNN, other aten kernels, memsets/copies) and the most launched ones; and
+with --host-profile N a cProfile of 10 steps (N rows by own time).
+"""
+import argparse
+import collections
+import cProfile
+import io
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from scripts import model_zoo as mz  # noqa: E402
+
+SLEEP_CYCLES = 200_000_000      # ~0.1 s on a 1.7-2 GHz GPU: longer than any step's enqueue
+L2_FLUSH_BYTES = 256 * 2**20
+
+
+def make_train_step(name: str, backend: str):
+    spec = mz.MODELS_BY_NAME.get(name) or mz.text_model(name)
+    dev = torch.device("cuda")
+    step, _ = mz.make_step(spec, "train", dev, torch.bfloat16)
+    if backend != "eager":
+        if backend == "tritonfuse":
+            import tritonfuse  # noqa: F401
+        compiled = torch.compile(step, backend=backend)
+    else:
+        compiled = step
+    batch = mz.make_batch(spec, "train", dev, torch.bfloat16)
+    params = list(step.parameters())
+
+    def train_step():
+        for p in params:
+            p.grad = None
+        compiled(batch).backward()
+    return train_step
+
+
+def pipelined_ms(fn, n: int) -> float:
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for i in range(n):
+        flush.zero_()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def host_and_device_ms(fn, n: int) -> tuple[float, float, int]:
+    """(median host ms, median device ms, steps whose enqueue outlasted the sleep)."""
+    host, device, blocked = [], [], 0
+    for _ in range(n):
+        torch.cuda.synchronize()
+        sleep_start, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        sleep_start.record()
+        torch.cuda._sleep(SLEEP_CYCLES)
+        start.record()
+        t0 = time.perf_counter()
+        fn()
+        host.append(1000 * (time.perf_counter() - t0))
+        end.record()
+        torch.cuda.synchronize()
+        device.append(start.elapsed_time(end))
+        blocked += host[-1] >= sleep_start.elapsed_time(start)
+    return statistics.median(host), statistics.median(device), blocked
+
+
+def family(name: str) -> str:
+    if name.startswith(("triton_", "cpp_")):
+        return "triton (compiled)"
+    if name.startswith(("nvjet", "sm90_xmma", "cutlass", "ampere_", "sm80_")) or "gemm" in name.lower():
+        return "cuBLAS"
+    if "cudnn" in name or "flash" in name or "fmha" in name:
+        return "cuDNN/attention"
+    if name.startswith(("Memset", "Memcpy")) or "memset" in name.lower() or "memcpy" in name.lower():
+        return "memset/copy"
+    return "other aten"
+
+
+def kernel_census(fn, top: int) -> None:
+    from torch.profiler import ProfilerActivity, profile
+    steps = 3
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA
+              or e.self_device_time_total > 0]
+    by_family = collections.defaultdict(lambda: [0, 0.0])
+    for e in events:
+        f = by_family[family(e.key)]
+        f[0] += e.count
+        f[1] += e.self_device_time_total
+    total = sum(c for c, _ in by_family.values()) / steps
+    print(f"   kernels/step {total:.0f}: " + ", ".join(
+        f"{fam} {c / steps:.0f} ({t / steps / 1000:.3f} ms)" for fam, (c, t) in sorted(by_family.items())))
+    for e in sorted(events, key=lambda e: (-e.count, -e.self_device_time_total))[:top]:
+        print(f"   {e.count // steps:4d}x {e.self_device_time_total / steps / 1000:7.3f} ms  {e.key[:120]}")
+
+
+def host_profile(fn, top: int) -> None:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    print(out.getvalue())
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model", help="a scripts/model_zoo.py model (llama, vit, gpt2, ...)")
+    p.add_argument("--backends", default="inductor,tritonfuse")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--kernels", type=int, default=40, help="most launched kernels to list")
+    p.add_argument("--host-profile", type=int, default=0, help="cProfile rows (0: none)")
+    args = p.parse_args(argv)
+    for backend in args.backends.split(","):
+        fn = make_train_step(args.model, backend)
+        t0 = time.perf_counter()
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        first = time.perf_counter() - t0
+        for _ in range(5):
+            fn()
+        pipe = pipelined_ms(fn, args.steps)
+        host, device, blocked = host_and_device_ms(fn, args.steps)
+        bound = "host-bound" if host > device else "device-bound"
+        print(f"== {args.model} {backend}: pipelined {pipe:.3f} ms, host {host:.3f} ms, device {device:.3f} ms "
+              f"({bound}; first 3 steps {first:.1f} s{'; ' + str(blocked) + ' steps outlasted the sleep' if blocked else ''})",
+              flush=True)
+        kernel_census(fn, args.kernels)
+        if args.host_profile and backend != "eager":
+            host_profile(fn, args.host_profile)
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
