@@ -33,9 +33,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scripts import model_zoo as mz  # noqa: E402
+from scripts.bench_common import time_cuda_samples  # noqa: E402
 
 SLEEP_CYCLES = 200_000_000      # ~0.1 s on a 1.7-2 GHz GPU: longer than any step's enqueue
-L2_FLUSH_BYTES = 256 * 2**20
 
 
 def make_train_step(name: str, backend: str):
@@ -59,16 +59,7 @@ def make_train_step(name: str, backend: str):
 
 
 def pipelined_ms(fn, n: int) -> float:
-    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    for i in range(n):
-        flush.zero_()
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return statistics.median(time_cuda_samples(fn, n, torch.device("cuda")))
 
 
 def host_and_device_ms(fn, n: int) -> tuple[float, float, int]:
