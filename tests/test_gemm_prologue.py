@@ -165,3 +165,22 @@ def test_choice_counts_the_producers_saved(device, monkeypatch, tmp_path):
     measured(monkeypatch, tmp_path / "two", template_ms=1.0, aten_ms=0.7, round_trip_ms=0.5)
     sources = check(lambda x, w: (x * 2) @ (w * 3), x, w, **tol(torch.float32, k))
     assert_fused(device, sources, prologues="ab")
+
+
+def test_prologue_pipeline_fits_shared_memory(device, monkeypatch):
+    """The producer's inputs are staged in shared memory at their own width: where the
+    chosen tile's pipeline would not fit, its stages are cut down, and where not even two
+    fit, the producer runs as its own kernel and the template loads its output."""
+    from tritonfuse.codegen.triton import gemm_prologue
+    m, k, n = shape(device)
+    x, w = rand(m, k, device=device), rand(k, n, device=device)
+    for limit, fused in [(2**30, True), (1, False)]:     # bytes of shared memory
+        torch._dynamo.reset()
+        metrics.reset()
+        real = gemm_prologue.prologue_config
+        monkeypatch.setattr("tritonfuse.codegen.triton.gemm_template.prologue_config",
+                            lambda group, graph, shared: real(group, graph, limit))
+        sources = check(lambda x, w: (x * 2) @ w, x, w, **tol(torch.float32, k))
+        if has_template(device):
+            assert ("a_tmp0" in template_source(sources)) == fused
+            assert metrics.generated_kernel_count == (1 if fused else 2)

@@ -108,7 +108,7 @@ class MatmulChoice:
         config of the template runs here (the note says why)."""
         candidates = mm_configs(template.batch, template.m, template.n, template.k, template.dtype.itemsize,
                                 min_programs=self._min_programs(template.device),
-                                shared_memory=self._shared_memory(template.device),
+                                shared_memory=self.shared_memory(template.device),
                                 tensor_cores=template.dtype != torch.float32 or template.allow_tf32)
         if not candidates:
             return None, MatmulTimings(), "no GEMM template config fits this device"
@@ -197,7 +197,8 @@ class MatmulChoice:
             return 8
         return _device_properties(_index(device))[0]
 
-    def _shared_memory(self, device):
+    def shared_memory(self, device):
+        """Bytes of shared memory a program may use on ``device`` (None: interpreted, no limit)."""
         if self.device_type == "cpu":
             return None
         return _device_properties(_index(device))[1]

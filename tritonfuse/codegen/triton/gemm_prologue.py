@@ -13,6 +13,8 @@ import sympy
 
 from ...dependencies import plan_and_deps
 from ...prologue_fusion import tiled_dims
+from ...runtime.gemm_heuristics import MIN_STAGES
+from ...runtime.heuristics import Config
 from ...virtualized import set_ops_handler
 from ..common import CSE, IndentedBuffer
 from .kernel import Constant, TritonKernel, _Segment, compute_dtype, texpr
@@ -92,6 +94,30 @@ class TemplatePrologueKernel(TritonKernel):
         if not index.free_symbols & self.tile_vars:
             text = f"{text} + tl.zeros({self.block}, tl.int32)"
         return text
+
+
+def prologue_config(group, graph, shared_memory):
+    """The template's config for ``group`` with its prologues, or None where no pipeline of
+    it fits ``shared_memory`` bytes (None: no limit). Each stage holds an A and a B tile of
+    the widest dtype that the operand's producer loads (a float32 weight cast to bfloat16
+    is staged as float32), counted as gemm_heuristics counts the plain template's: where
+    they do not fit, the stages are cut down to what fits, at least MIN_STAGES."""
+    template = group.template.buffer.data
+    config, blocks = template.config, template.config.kwargs
+    if shared_memory is None:
+        return config
+    widths = []
+    for view, name in zip((template.a, template.b), template.operand_names):
+        width = view.get_dtype().itemsize
+        producer = next((n for n in group.nodes if n.name == name and name in group.prologue), None)
+        if producer is not None:
+            width = max([width] + [graph.get_dtype(read).itemsize for read in producer.read_names])
+        widths.append(width)
+    per_stage = blocks["BLOCK_M"] * blocks["BLOCK_K"] * widths[0] + blocks["BLOCK_K"] * blocks["BLOCK_N"] * widths[1]
+    stages = min(config.num_stages, shared_memory // per_stage)
+    if stages < MIN_STAGES:
+        return None
+    return config if stages == config.num_stages else Config(dict(blocks), config.num_warps, stages)
 
 
 def render_prologues(epilogue, group) -> dict:

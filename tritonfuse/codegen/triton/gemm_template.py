@@ -20,7 +20,7 @@ from ... import metrics, sym
 from ...dependencies import coarsening_groups, plan_and_deps
 from ...virtualized import set_ops_handler
 from ..common import KERNEL_NAME_PLACEHOLDER, CSEVariable
-from .gemm_prologue import render_prologues
+from .gemm_prologue import prologue_config, render_prologues
 from .kernel import TritonKernel, texpr
 
 aten = torch.ops.aten
@@ -190,6 +190,12 @@ def codegen_template(scheduling, group, internal, env) -> None:
     from .scheduling import TritonKernelDefinition
     node = group.template
     template = node.buffer.data
+    config = template.config
+    if group.prologue:
+        config = prologue_config(group, scheduling.graph, scheduling.matmul_choice.shared_memory(template.device))
+        if config is None:     # the producers' wider inputs fit no pipeline of the chosen tile
+            group, internal = _split_off_prologues(scheduling, group, internal)
+            config = template.config
     epilogue = [n for n in group.nodes if n is not node and n.name not in group.prologue]
     # an addmm's bias alone is no epilogue that fusing saves: aten.addmm adds it too
     fused = bool(epilogue) and _addmm_bias_node(group) is None
@@ -216,7 +222,7 @@ def codegen_template(scheduling, group, internal, env) -> None:
     pointer_dtypes = tuple(scheduling.graph.get_dtype(buffer) for _, buffer in call_order) + (torch.int32,) * len(flag)
     definition = TritonKernelDefinition(
         prefix="triton_tem", origins=tuple(group.origins), template=source, kind="template",
-        numels={"b": template.batch, "m": template.m, "n": template.n}, configs=(template.config,),
+        numels={"b": template.batch, "m": template.m, "n": template.n}, configs=(config,),
         mutated=tuple(kernel.args.written_positions() + [len(call_order)] * len(flag)),
         device_type=scheduling.launcher_device, device_index=scheduling._device_index(group.device), hint=None,
         pointer_dtypes=pointer_dtypes, example_scalars=())
@@ -243,6 +249,19 @@ def _prologue_share(group) -> float:
     return computed / (template.batch * template.m * template.n)
 
 
+def _split_off_prologues(scheduling, group, internal):
+    """Each prologue node of ``group`` as a kernel of its own, writing the operand that the
+    matmul then loads: (the group without them, its internal buffers)."""
+    prologue = [n for n in group.nodes if n.name in group.prologue]
+    for producer in sorted(prologue, key=lambda n: n.position):
+        alone = dataclasses.replace(group, nodes=[producer], names={producer.name}, x_numel=sympy.expand(
+            sym.product(producer.x_sizes)), r_numel=sympy.Integer(1), prologue=frozenset())
+        scheduling.codegen_loops(alone, internal - {producer.name})
+    rest = [n for n in group.nodes if n.name not in group.prologue]
+    return (dataclasses.replace(group, nodes=rest, names={n.name for n in rest}, prologue=frozenset()),
+            internal - group.prologue)
+
+
 def _addmm_bias_node(group):
     """The group's one epilogue node when it only adds an addmm's bias (and the addmm's
     output layout, as aten.addmm writes it), else None."""
@@ -261,12 +280,7 @@ def _codegen_on_aten(scheduling, group, internal) -> None:
     node = group.template
     template = node.buffer.data
     reason = f"aten was faster than the GEMM template ({template.timings})"
-    for producer in sorted((n for n in group.nodes if n.name in group.prologue), key=lambda n: n.position):
-        # the operand's producer as its own kernel, writing the operand that aten reads
-        alone = dataclasses.replace(group, nodes=[producer], names={producer.name}, x_numel=sympy.expand(
-            sym.product(producer.x_sizes)), r_numel=sympy.Integer(1), prologue=frozenset())
-        scheduling.codegen_loops(alone, internal - {producer.name})
-    internal = internal - group.prologue
+    group, internal = _split_off_prologues(scheduling, group, internal)
     bias_node = _addmm_bias_node(group)
     # the addmm where the product itself is read nowhere else, and its result is not
     # planned over the bias (which aten.addmm reads)
