@@ -22,7 +22,6 @@ import sympy
 
 from . import config, sym
 from .dependencies import plan_and_deps
-from .ir import ReinterpretView
 from .virtualized import set_ops_handler
 
 # What a "cheap" prologue may do per element: loads, casts, constants and one-instruction
@@ -92,9 +91,7 @@ def dense_permutation(view, producer) -> bool:
     """Whether ``view`` (a template operand) reads every element of the producer's buffer
     once: offset 0, its dims of size > 1 ordered by stride are row-major over them, and they
     hold as many elements as the buffer."""
-    if not isinstance(view, ReinterpretView):
-        return True     # the buffer itself, in its own layout
-    layout = view.layout
+    layout = view.layout      # a ReinterpretView's, or the buffer's own
     if not (sym.is_static(layout.offset) and sym.to_int(layout.offset) == 0):
         return False
     dims = tiled_dims(layout)
