@@ -184,3 +184,18 @@ def test_prologue_pipeline_fits_shared_memory(device, monkeypatch):
         if has_template(device):
             assert ("a_tmp0" in template_source(sources)) == fused
             assert metrics.generated_kernel_count == (1 if fused else 2)
+
+
+def test_option_is_part_of_the_graph_cache_key(device, monkeypatch):
+    """A graph compiled with prologues off is not what the cache serves with them on."""
+    if not has_template(device):
+        pytest.skip("no GEMM template on this column")
+    monkeypatch.setattr(config, "graph_cache", True)
+    m, k, n = shape(device)
+    x, w = rand(m, k, device=device), rand(k, n, device=device)
+    for mode in ["off", "cheap", "off"]:       # the second "off" from the cache
+        torch._dynamo.reset()
+        metrics.reset()
+        monkeypatch.setattr(config, "gemm_prologue_fusion", mode)
+        sources = check(lambda x, w: (x * 2) @ w + 0.25, x, w, **tol(torch.float32, k))
+        assert ("a_tmp0" in "".join(sources)) == (mode == "cheap"), mode
