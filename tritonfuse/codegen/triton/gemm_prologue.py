@@ -8,6 +8,10 @@ expressions of these (its memory is the operand's, one to one), so its loads rea
 inputs at the tile's elements. Its store becomes the tile: rounded to the operand's dtype,
 zero outside the matrix (the dot must add nothing there, whatever the producer computes
 of a masked load's zero).
+
+Triton stages the producer's loads in shared memory at their own width, so the config the
+choice step picked for the plain template may need fewer pipeline stages
+(``prologue_config``); where not even two fit, the producer runs as its own kernel.
 """
 import sympy
 
