@@ -565,6 +565,7 @@ BAD_VALUES = {   # one bad value for every environment variable tritonfuse reads
     "TRITONFUSE_AUTOTUNE": "fastest",
     "TRITONFUSE_MAX_AUTOTUNE": "max-autotune",
     "TRITONFUSE_GEMM_BACKENDS": "cublas,triton",
+    "TRITONFUSE_GEMM_PROLOGUE": "1",
     "TRITONFUSE_PARTITIONER": "rematerialize-all",
     "TRITONFUSE_COMPILE_WORKERS": "many",
     "TRITONFUSE_COMPILE_POOL": "gpu",
@@ -619,9 +620,11 @@ def test_settings_parse_their_good_values(tmp_path):
         "TRITONFUSE_COMPILE_WORKERS": "0", "TRITONFUSE_COMPILE_POOL": "Threads",
         "TRITONFUSE_CACHE_DIR": str(tmp_path), "TRITONFUSE_CXXFLAGS": "-DA=1 '-DB=2 3'",
         "TRITONFUSE_MAX_AUTOTUNE": "on", "TRITONFUSE_GEMM_BACKENDS": " Triton, aten,",
-        "TRITONFUSE_PARTITIONER": " Default ", "XDG_CACHE_HOME": str(tmp_path / "xdg")})
+        "TRITONFUSE_GEMM_PROLOGUE": " Cheap", "TRITONFUSE_PARTITIONER": " Default ",
+        "XDG_CACHE_HOME": str(tmp_path / "xdg")})
     assert problems == []
     assert values["max_autotune"] is True and values["gemm_backends"] == "aten,triton"
+    assert values["gemm_prologue_fusion"] == "cheap"
     assert values["partitioner"] == "default"
     assert values["cpu_backend"] == "triton" and values["autotune"] == "max" and values["debug"] is True
     assert values["graph_cache"] is False and values["max_shape_specializations"] == 3

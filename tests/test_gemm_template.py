@@ -172,9 +172,10 @@ def test_product_and_its_consumer_both_outputs(device):
         assert metrics.generated_kernel_count == 1
 
 
-def test_reductions_and_producers_stay_outside(device):
+def test_reductions_and_producers_stay_outside(device, monkeypatch):
     """A reduction of the product is its own kernel; so is a pointwise producer of an
-    operand (no prologue fusion)."""
+    operand where prologue fusion is off (test_gemm_prologue.py: where it is on)."""
+    monkeypatch.setattr(config, "gemm_prologue_fusion", "off")
     x, w = rand(20, 16, device=device), rand(16, 17, device=device)
     check(lambda x, w: ((x * 2) @ w).sum(1), x, w)
     assert_matmuls(device, torch.float32, 1)
@@ -439,8 +440,11 @@ def test_cuda_kernels_compile_for_sm90(monkeypatch, tmp_path):
     monkeypatch.setattr(scheduling.InterpretedTritonScheduling, "matmul_choice", cuda_like)
     launches = []
     monkeypatch.setattr(TritonLauncher, "run", lambda self, *args: launches.append((self, args)))   # never run
+    monkeypatch.setattr(config, "gemm_prologue_fusion", "cheap")
     cases = [(lambda x, w, b: F.gelu(x @ w + b), torch.bfloat16, [(512, 256), (256, 512), (512,)]),
-             (lambda a, b: torch.bmm(a, b.transpose(1, 2)) * 0.5, torch.float32, [(4, 96, 64), (4, 80, 64)])]
+             (lambda a, b: torch.bmm(a, b.transpose(1, 2)) * 0.5, torch.float32, [(4, 96, 64), (4, 80, 64)]),
+             # prologues: float32 activations and weights cast to bfloat16 in the loads
+             (lambda x, w: x.to(torch.bfloat16) @ w.to(torch.bfloat16), torch.float32, [(512, 256), (256, 512)])]
     for fn, dtype, shapes in cases:
         torch._dynamo.reset()
         launches.clear()

@@ -242,7 +242,7 @@ def _phase_done(phase: str, start: float) -> float:
 def _option_knobs(options, example_inputs) -> list:
     """What the options add to the graph cache key: under max-autotune the generated code
     holds the GEMM choices made on this GPU with this TF32 setting and autotune mode
-    (``none`` takes the template untimed); a backward's code may write over the inputs
+    (``none`` takes the template untimed), and its prologues or not; a backward's code may write over the inputs
     aot_autograd donates."""
     donated = [("donated_inputs", options.donated_inputs)] if options.donated_inputs else []
     if not options.max_autotune:
@@ -250,7 +250,8 @@ def _option_knobs(options, example_inputs) -> list:
     gpus = sorted({torch.cuda.get_device_name(t.device) for t in example_inputs
                    if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
     return [("max_autotune", True), ("gemm_backends", config.gemm_backends), ("autotune", config.autotune),
-            ("allow_tf32", cuda_matmul_allows_tf32()), ("gpus", gpus)] + donated
+            ("gemm_prologue_fusion", config.gemm_prologue_fusion), ("allow_tf32", cuda_matmul_allows_tf32()),
+            ("gpus", gpus)] + donated
 
 
 def lower(gm, example_inputs, graph_id, options=None, layout_plan=None) -> GraphLowering:

@@ -221,6 +221,11 @@ KNOBS: dict[str, Knob] = {
         "TRITONFUSE_GEMM_BACKENDS", Subset("aten", "triton"), "aten,triton",
         "what a matmul's max-autotune choice may pick: the aten call and/or the GEMM template "
         "(triton alone: the template wherever it applies)"),
+    "gemm_prologue_fusion": Knob(
+        "TRITONFUSE_GEMM_PROLOGUE", Choice("off", "cheap", "all"), "off",
+        "max-autotune: a pointwise producer of a matmul operand that only the matmul reads (a "
+        "cast, a scale) computed in the GEMM template's operand load instead of a kernel of its "
+        "own: never, casts and cheap arithmetic only, or any (prologue_fusion.py)"),
     "autotune_under_interpreter": Knob(
         "TRITONFUSE_AUTOTUNE_INTERPRET", Flag(), False,
         "tune even under Triton's interpreter (interpreted timings mean little)"),
@@ -318,6 +323,7 @@ cpu_backend: str
 autotune: str
 max_autotune: bool
 gemm_backends: str
+gemm_prologue_fusion: str
 compile_workers: int | None
 compile_pool: str
 autotune_under_interpreter: bool

@@ -18,7 +18,9 @@ the same program (``_input_write_fusion_ok``).
 
 Template nodes. A buffer computed by a kernel template (a GEMM under max-autotune) is a
 node whose group may absorb pointwise consumers of its output, which the template then
-computes in its store (epilogues); it fuses with nothing else.
+computes in its store (epilogues), and, where ``config.gemm_prologue_fusion`` allows, the
+pointwise producer of an operand that only the template reads, which it computes in the
+operand's load (prologues: prologue_fusion.py). It fuses with nothing else.
 """
 import heapq
 import itertools
@@ -32,6 +34,7 @@ import torch
 from . import config, metrics, sym
 from .dependencies import extract_deps, flat_x_form, split_sizes
 from .ir import ComputedBuffer, FallbackKernel, InputMutation, MutationBuffer, TemplateBuffer
+from .prologue_fusion import prologue_operand
 
 log = logging.getLogger("tritonfuse.scheduler")
 
@@ -112,6 +115,8 @@ class FusedNode:
     x_numel: sympy.Expr      # rows (all elements, for a pointwise kernel)
     r_numel: sympy.Expr      # reduced elements per row (1 for a pointwise kernel)
     names: set = field(default_factory=set)
+    # nodes a template computes in its operand loads: in ``nodes``, outside the group's loops
+    prologue: frozenset = frozenset()
 
     @staticmethod
     def of(node: SchedulerNode) -> "FusedNode":
@@ -143,9 +148,11 @@ class FusedNode:
         return {n.written_input for n in self.nodes if n.written_input is not None}
 
     def node_layouts(self):
-        """[(node, x sizes, r sizes, kind)] in execution order."""
+        """[(node, x sizes, r sizes, kind)] in execution order (prologue nodes left out)."""
         result = []
         for node in sorted(self.nodes, key=lambda n: n.position):
+            if node.name in self.prologue:
+                continue
             x_sizes, r_sizes, kind = node.sizes_in_group(self.x_numel, self.r_numel)
             result.append((node, x_sizes, r_sizes, kind))
         return result
@@ -284,19 +291,22 @@ class Scheduler:
         first, second = (a, b) if a.position <= b.position else (b, a)
         if len(a.nodes) + len(b.nodes) > config.max_fusion_size:
             return None
-        if (a.template or b.template) and not (self._is_epilogue(a, b) or self._is_epilogue(b, a)):
+        prologue = (a.template or b.template) and (self._prologue(a, b) or self._prologue(b, a))
+        if (a.template or b.template) and not (prologue or self._is_epilogue(a, b) or self._is_epilogue(b, a)):
             return None
         # no path first -> (outside node) -> second, in either direction
         for x, y in ((first, second), (second, first)):
             for mid in ancestors[id(y)]:
                 if mid != id(x) and id(x) in ancestors.get(mid, set()):
                     return None
+        if prologue:
+            return prologue
         group = self._combined_group(a, b)
         if group is None:
             return None
         x_numel, r_numel = group
-        merged = FusedNode(a.nodes + b.nodes, a.device, x_numel, r_numel, a.names | b.names)
-        if any(n.sizes_in_group(x_numel, r_numel) is None for n in merged.nodes):
+        merged = FusedNode(a.nodes + b.nodes, a.device, x_numel, r_numel, a.names | b.names, a.prologue | b.prologue)
+        if any(n.sizes_in_group(x_numel, r_numel) is None for n in merged.nodes if n.name not in merged.prologue):
             return None
         if not self._mutation_fusion_ok(merged) or not self._input_write_fusion_ok(merged):
             return None
@@ -316,6 +326,21 @@ class Scheduler:
         return (template.template is not None and other.template is None and not other.is_reduction()
                 and all(n.mutated_name is None and n.written_input is None for n in other.nodes)
                 and bool(template.names & other.read_names()) and not (other.names & template.read_names()))
+
+    def _prologue(self, template: FusedNode, other: FusedNode) -> Optional[FusedNode]:
+        """``template``'s group with ``other`` (one pointwise node producing an operand that
+        only the template reads) computed in the template's operand load, or None
+        (prologue_fusion.py decides)."""
+        if template.template is None or len(other.nodes) != 1 or other.template is not None:
+            return None
+        producer = other.nodes[0]
+        readers = {node.name for node in self.nodes if producer.name in node.read_names}
+        why = prologue_operand(template.template, producer, readers, self.output_names)
+        if why:
+            log.debug("no prologue fusion of %s into %s: %s", producer.name, template.template.name, why)
+            return None
+        return FusedNode(template.nodes + other.nodes, template.device, template.x_numel, template.r_numel,
+                         template.names | other.names, template.prologue | {producer.name})
 
     @staticmethod
     def _combined_group(a: FusedNode, b: FusedNode):

@@ -58,14 +58,22 @@ class MatmulTimings:
     round_trip_ms: Optional[float] = None
     cached: bool = False
 
-    def prefers_template(self, epilogue: bool, output_stored: bool) -> bool:
+    def prefers_template(self, epilogue: bool, output_stored: bool, prologue_share: float = 0.0) -> bool:
         """Whether the template beats aten followed (with an epilogue) by the epilogue's own
         kernel. Fusing saves that kernel's round trip over the product, or only its read
-        of it when the product is stored anyway (another kernel reads it)."""
+        of it when the product is stored anyway (another kernel reads it).
+
+        Prologues (``prologue_share``: the operand elements computed in the template per
+        output element) save their producers' kernels, which aten needs first: about an
+        elementwise pass over that many elements, the round trip scaled by the share. The
+        template timed is the plain one: what a prologue adds inside it (the producer's
+        inputs loaded instead of the operand, its ops repeated once per tile column or row)
+        is not measured, which is why config.gemm_prologue_fusion is off until a GPU says."""
         if self.template_ms is None or self.aten_ms is None:
             return True
-        saved = 0.0 if not epilogue else (self.round_trip_ms or 0.0) / (2 if output_stored else 1)
-        return self.template_ms < self.aten_ms + saved
+        round_trip = self.round_trip_ms or 0.0
+        saved = 0.0 if not epilogue else round_trip / (2 if output_stored else 1)
+        return self.template_ms < self.aten_ms + saved + round_trip * prologue_share
 
     def __str__(self):
         if self.template_ms is None:
@@ -100,7 +108,7 @@ class MatmulChoice:
         config of the template runs here (the note says why)."""
         candidates = mm_configs(template.batch, template.m, template.n, template.k, template.dtype.itemsize,
                                 min_programs=self._min_programs(template.device),
-                                shared_memory=self._shared_memory(template.device),
+                                shared_memory=self.shared_memory(template.device),
                                 tensor_cores=template.dtype != torch.float32 or template.allow_tf32)
         if not candidates:
             return None, MatmulTimings(), "no GEMM template config fits this device"
@@ -189,7 +197,8 @@ class MatmulChoice:
             return 8
         return _device_properties(_index(device))[0]
 
-    def _shared_memory(self, device):
+    def shared_memory(self, device):
+        """Bytes of shared memory a program may use on ``device`` (None: interpreted, no limit)."""
         if self.device_type == "cpu":
             return None
         return _device_properties(_index(device))[1]

@@ -20,6 +20,7 @@ from ... import metrics, sym
 from ...dependencies import coarsening_groups, plan_and_deps
 from ...virtualized import set_ops_handler
 from ..common import KERNEL_NAME_PLACEHOLDER, CSEVariable
+from .gemm_prologue import prologue_config, render_prologues
 from .kernel import TritonKernel, texpr
 
 aten = torch.ops.aten
@@ -75,22 +76,27 @@ def _dot_options(template) -> str:
 
 
 def render_matmul(env, name, template, params, signature, epilogue, *, needs_xmask, int64, origins, reads, writes,
-                  use_libdevice) -> str:
+                  use_libdevice, prologues=None) -> str:
     """The kernel source. ``params``: operand buffer name -> kernel parameter;
-    ``epilogue``: the code after the k loop (indented one level), which stores."""
+    ``epilogue``: the code after the k loop (indented one level), which stores;
+    ``prologues``: {"a_prologue": code, "b_prologue": code} that computes an operand's
+    tile in the k loop instead of loading it (gemm_prologue.py; "" or absent: loaded)."""
+    prologues = prologues or {}
     batch = template.batch
     a_b, a_m, a_k, a_offset = _operand_geometry(template.a, batch)
     b_b, b_k, b_n, b_offset = _operand_geometry(template.b, batch)
     a_name, b_name = template.operand_names
-    a_pointer = _pointer(params[a_name], [("bid", a_b), ("offs_m[:, None]", a_m), ("offs_k[None, :]", a_k)], a_offset)
-    b_pointer = _pointer(params[b_name],
-                         [("bid", b_b), ("offs_k[:, None]", b_k), ("offs_n[None, :]", b_n)], b_offset)
+    a_prologue, b_prologue = prologues.get("a_prologue", ""), prologues.get("b_prologue", "")
+    a_pointer = "" if a_prologue else \
+        _pointer(params[a_name], [("bid", a_b), ("offs_m[:, None]", a_m), ("offs_k[None, :]", a_k)], a_offset)
+    b_pointer = "" if b_prologue else \
+        _pointer(params[b_name], [("bid", b_b), ("offs_k[:, None]", b_k), ("offs_n[None, :]", b_n)], b_offset)
     return env.get_template("mm.py.j2").render(
         name=name, signature=signature, problem=_problem(template), origins=origins, reads=reads, writes=writes,
         use_libdevice=use_libdevice, batch=batch, size_m=template.m, size_n=template.n, size_k=template.k,
         int64=".to(tl.int64)" if int64 else "", a_pointer=a_pointer, b_pointer=b_pointer,
         a_step=_step(a_k), b_step=_step(b_k), dot_options=_dot_options(template), needs_xmask=needs_xmask,
-        epilogue=epilogue.rstrip(),
+        a_prologue=a_prologue, b_prologue=b_prologue, epilogue=epilogue.rstrip(),
     )
 
 
@@ -117,6 +123,20 @@ def plain_source(env, name, template, output_layout, use_libdevice) -> str:
                          use_libdevice=use_libdevice)
 
 
+def tile_coordinates(tile_sizes, tile_vars, sizes):
+    """A node's loop variables (over ``sizes``, row-major over the same positions as the
+    tile's dims ``tile_sizes``, whose coordinates are ``tile_vars``) as expressions of the
+    tile coordinates: sums of them where each of the node's dims merges whole tile dims,
+    else taken apart from the flat position."""
+    groups = coarsening_groups(tile_sizes, sizes)
+    strides = sym.contiguous_strides(tile_sizes)
+    if groups is not None:
+        return [sympy.expand(sum((tile_vars[k] * strides[k] / strides[group[-1]] for k in group),
+                                 sympy.Integer(0))) for group in groups]
+    flat = sum((var * stride for var, stride in zip(tile_vars, strides)), sympy.Integer(0))
+    return sym.unflatten(flat, sizes)
+
+
 class TemplateEpilogueKernel(TritonKernel):
     """TritonKernel's pointwise code generation run over a GEMM template's output tile:
     the template's own value is its accumulator ``acc``, and every node's loop variables
@@ -138,7 +158,8 @@ class TemplateEpilogueKernel(TritonKernel):
         """The template's store, then each epilogue node in order."""
         template = self.template_node.buffer
         for name in template.data.operand_names:
-            self.args.input(name)          # the operands are in_ptr0 (and in_ptr1)
+            if name not in self.group.prologue:     # (a prologue's inputs are named as it loads them)
+                self.args.input(name)          # the operands are in_ptr0 (and in_ptr1)
         layouts = sorted(self.group.node_layouts(), key=lambda entry: entry[0] is not self.template_node)
         for node, x_sizes, r_sizes, kind in layouts:
             self._set_node(node, x_sizes, r_sizes, kind)
@@ -156,16 +177,7 @@ class TemplateEpilogueKernel(TritonKernel):
         self.r_symbols = []
 
     def _tile_coordinates(self, sizes):
-        """The node's loop variables (over ``sizes``, row-major like the output) as
-        expressions of the tile coordinates: sums of them where each of the node's dims
-        merges whole output dims, else taken apart from the flat output position."""
-        groups = coarsening_groups(self.tile_sizes, sizes)
-        strides = sym.contiguous_strides(self.tile_sizes)
-        if groups is not None:
-            return [sympy.expand(sum((self.tile_vars[k] * strides[k] / strides[group[-1]] for k in group),
-                                     sympy.Integer(0))) for group in groups]
-        flat = sum((var * stride for var, stride in zip(self.tile_vars, strides)), sympy.Integer(0))
-        return sym.unflatten(flat, sizes)
+        return tile_coordinates(self.tile_sizes, self.tile_vars, sizes)
 
     def _node_block_shape(self) -> str:
         return "[BLOCK_M, BLOCK_N]"
@@ -178,16 +190,24 @@ def codegen_template(scheduling, group, internal, env) -> None:
     from .scheduling import TritonKernelDefinition
     node = group.template
     template = node.buffer.data
-    epilogue = [n for n in group.nodes if n is not node]
+    config = template.config
+    if group.prologue:
+        config = prologue_config(group, scheduling.graph, scheduling.matmul_choice.shared_memory(template.device))
+        if config is None:     # the producers' wider inputs fit no pipeline of the chosen tile
+            group, internal = _split_off_prologues(scheduling, group, internal)
+            config = template.config
+    epilogue = [n for n in group.nodes if n is not node and n.name not in group.prologue]
     # an addmm's bias alone is no epilogue that fusing saves: aten.addmm adds it too
     fused = bool(epilogue) and _addmm_bias_node(group) is None
-    if not template.timings.prefers_template(fused, output_stored=node.name not in internal):
+    if not template.timings.prefers_template(fused, output_stored=node.name not in internal,
+                                             prologue_share=_prologue_share(group)):
         _codegen_on_aten(scheduling, group, internal)
         return
     wrapper = scheduling.wrapper
     kernel = TemplateEpilogueKernel(group, internal, scheduling.graph, scheduling.ops_table,
                                     report_zero_division=scheduling.reports_zero_division,
                                     in_place=wrapper.memory_plan.in_place_outputs(group.names))
+    prologues = render_prologues(kernel, group)
     kernel.generate()
     call_order = kernel.args.call_order()
     params = {buffer: param for param, buffer in call_order}
@@ -198,11 +218,11 @@ def codegen_template(scheduling, group, internal, env) -> None:
         kernel.body_lines().getvalue(), needs_xmask=kernel.needs_xmask, int64=kernel.use_int64,
         origins=", ".join(group.origins), reads=", ".join(kernel.args.inputs) or "-",
         writes=", ".join(list(kernel.args.in_outs) + list(kernel.args.outputs)) or "-",
-        use_libdevice=scheduling.use_libdevice)
+        use_libdevice=scheduling.use_libdevice, prologues=prologues)
     pointer_dtypes = tuple(scheduling.graph.get_dtype(buffer) for _, buffer in call_order) + (torch.int32,) * len(flag)
     definition = TritonKernelDefinition(
         prefix="triton_tem", origins=tuple(group.origins), template=source, kind="template",
-        numels={"b": template.batch, "m": template.m, "n": template.n}, configs=(template.config,),
+        numels={"b": template.batch, "m": template.m, "n": template.n}, configs=(config,),
         mutated=tuple(kernel.args.written_positions() + [len(call_order)] * len(flag)),
         device_type=scheduling.launcher_device, device_index=scheduling._device_index(group.device), hint=None,
         pointer_dtypes=pointer_dtypes, example_scalars=())
@@ -218,11 +238,35 @@ def codegen_template(scheduling, group, internal, env) -> None:
     metrics.record_kernel(name)
 
 
+def _prologue_share(group) -> float:
+    """The elements of the operands that ``group``'s prologues compute, per output element:
+    what scales an elementwise pass over the output to the producers' kernels that the
+    prologues save (gemm_choice.MatmulTimings)."""
+    template = group.template.buffer.data
+    computed = sum(sym.to_int(view.layout.numel()) for view, name in zip((template.a, template.b),
+                                                                         template.operand_names)
+                   if name in group.prologue)
+    return computed / (template.batch * template.m * template.n)
+
+
+def _split_off_prologues(scheduling, group, internal):
+    """Each prologue node of ``group`` as a kernel of its own, writing the operand that the
+    matmul then loads: (the group without them, its internal buffers)."""
+    prologue = [n for n in group.nodes if n.name in group.prologue]
+    for producer in sorted(prologue, key=lambda n: n.position):
+        alone = dataclasses.replace(group, nodes=[producer], names={producer.name}, x_numel=sympy.expand(
+            sym.product(producer.x_sizes)), r_numel=sympy.Integer(1), prologue=frozenset())
+        scheduling.codegen_loops(alone, internal - {producer.name})
+    rest = [n for n in group.nodes if n.name not in group.prologue]
+    return (dataclasses.replace(group, nodes=rest, names={n.name for n in rest}, prologue=frozenset()),
+            internal - group.prologue)
+
+
 def _addmm_bias_node(group):
     """The group's one epilogue node when it only adds an addmm's bias (and the addmm's
     output layout, as aten.addmm writes it), else None."""
     node = group.template
-    epilogue = [n for n in group.nodes if n is not node]
+    epilogue = [n for n in group.nodes if n is not node and n.name not in group.prologue]
     if node.buffer.data.addmm is None or len(epilogue) != 1 or epilogue[0].origins != ("addmm",):
         return None
     layout = epilogue[0].buffer.layout
@@ -236,6 +280,7 @@ def _codegen_on_aten(scheduling, group, internal) -> None:
     node = group.template
     template = node.buffer.data
     reason = f"aten was faster than the GEMM template ({template.timings})"
+    group, internal = _split_off_prologues(scheduling, group, internal)
     bias_node = _addmm_bias_node(group)
     # the addmm where the product itself is read nowhere else, and its result is not
     # planned over the bias (which aten.addmm reads)
@@ -247,7 +292,7 @@ def _codegen_on_aten(scheduling, group, internal) -> None:
         return
     metrics.fallbacks[str(template.aten_op)] = reason
     wrapper.codegen_aten_call(node.buffer, template.aten_op, [template.a, template.b], {}, reason)
-    epilogue = [n for n in group.nodes if n is not node]
+    epilogue = [n for n in group.nodes if n is not node and n.name not in group.prologue]
     if epilogue:
-        rest = dataclasses.replace(group, nodes=epilogue, names={n.name for n in epilogue})
+        rest = dataclasses.replace(group, nodes=epilogue, names={n.name for n in epilogue}, prologue=frozenset())
         scheduling.codegen_loops(rest, internal - {node.name})

@@ -168,7 +168,6 @@ class TritonScheduling(BackendScheduling):
         # symbolic sizes: the launcher picks configs at each launch from the actual sizes
         configs = candidate_configs(kind, {k: sym.to_int(v) for k, v in numels.items()}, config.autotune,
                                     hint=hint) if static else None
-        internal = self.scheduler.internal_buffers(group)
         report = self.reports_zero_division
         in_place = self.wrapper.memory_plan.in_place_outputs(group.names)
         kernels = {kind: TritonKernel(group, internal, self.graph, self.ops_table, configs, kind, numels,

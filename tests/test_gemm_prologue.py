@@ -1,0 +1,201 @@
+"""Prologue fusion in the GEMM template (config.gemm_prologue_fusion): a pointwise producer
+of a matmul operand that only the matmul reads (a cast, a scale) computed in the
+template's operand load, per k-step, instead of written to memory and read back.
+
+Columns as in test_gemm_template.py: the template runs on triton-interpret (small shapes;
+bfloat16 matmuls fall back there) and cuda; the cpu column keeps matmuls on aten, and
+every test still compares with eager there.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tritonfuse import config, metrics
+
+from common import check, rand
+from test_gemm_template import has_template, max_autotune, measured, shape, template_kernels, tol  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+def prologues_on(monkeypatch):
+    monkeypatch.setattr(config, "gemm_prologue_fusion", "cheap")
+
+
+def template_source(sources):
+    (kernel,) = [s for s in sources[1:] if "tl.dot(" in s]
+    return kernel
+
+
+def assert_fused(device, sources, kernels=1, prologues="a", dtype=torch.float32):
+    """One template kernel computing the operands ``prologues`` in its loads, ``kernels``
+    kernels in all; where the column has no template, the matmul fell back."""
+    if not has_template(device, dtype):
+        assert template_kernels() == [] and any(name.startswith("aten.") for name in metrics.fallbacks)
+        return
+    assert len(template_kernels()) == 1 and metrics.generated_kernel_count == kernels, metrics.generated_kernels
+    kernel = template_source(sources)
+    for which in "ab":
+        assert (f"{which} = tl." in kernel and f"{which}_tmp0" in kernel) == (which in prologues), kernel
+        assert (f"{which}_ptrs" in kernel) == (which not in prologues), kernel
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cast_prologue(device, dtype):
+    """float32 weights (and activations) cast to a half dtype for the matmul: the casts run
+    in the template's loads (the half operand never reaches memory)."""
+    m, k, n = shape(device)
+    x, w = rand(m, k, device=device, low=-1, high=1), rand(k, n, device=device, low=-1, high=1)
+    # to the half dtype and back, for a float32 matmul (every column has one); like
+    # Inductor, a kernel may skip the rounding between two casts
+    sources = check(lambda x, w: x @ w.to(dtype).float(), x, w, **tol(dtype, k))
+    assert_fused(device, sources, prologues="b")
+    torch._dynamo.reset()
+    metrics.reset()
+    sources = check(lambda x, w: x.to(dtype) @ w.to(dtype), x, w, **tol(dtype, k))
+    assert_fused(device, sources, prologues="ab", dtype=dtype)
+    if has_template(device, dtype):
+        assert f".to({'tl.float16' if dtype == torch.float16 else 'tl.bfloat16'})" in template_source(sources)
+
+
+@pytest.mark.parametrize("operand", ["a", "b"])
+def test_scale_prologue(device, operand):
+    """A scale of one operand by a broadcast vector (per row of a, per column of b)."""
+    m, k, n = shape(device)
+    x, w = rand(m, k, device=device), rand(k, n, device=device)
+    if operand == "a":
+        s = rand(m, 1, device=device)
+        sources = check(lambda x, w, s: (x * s) @ w, x, w, s, **tol(torch.float32, k))
+    else:
+        s = rand(n, device=device)
+        sources = check(lambda x, w, s: x @ (w * s - 1.0), x, w, s, **tol(torch.float32, k))
+    assert_fused(device, sources, prologues=operand)
+
+
+def test_transposed_operands_with_prologues(device):
+    """Producers whose buffers the template reads transposed (x^T stored, w stored [n, k])."""
+    m, k, n = shape(device)
+    xt, wt = rand(k, m, device=device), rand(n, k, device=device)
+    sources = check(lambda xt, wt: (xt * 2).t() @ (wt.to(torch.float16).float()).t(), xt, wt, **tol(torch.float16, k))
+    assert_fused(device, sources, prologues="ab")
+
+
+def test_bmm_with_prologue(device):
+    m, k, n = shape(device)
+    a, b = rand(3, m // 4, k, device=device), rand(3, n // 4, k, device=device)
+    sources = check(lambda a, b: torch.bmm(a * 0.5, b.transpose(1, 2)), a, b, **tol(torch.float32, k))
+    assert_fused(device, sources, prologues="a")
+
+
+def test_addmm_with_prologue(device):
+    """An addmm (its bias in the store) of a scaled input."""
+    m, k, n = shape(device)
+    c, x, w = rand(n, device=device), rand(m, k, device=device), rand(k, n, device=device)
+    sources = check(lambda c, x, w: torch.addmm(c, x * 3, w, beta=0.5), c, x, w, **tol(torch.float32, k))
+    assert_fused(device, sources, prologues="a")
+
+
+def test_prologue_and_epilogue_together(device):
+    """gelu((x * 2) @ (w * 0.5) + b): both operands computed in the loads, bias and GELU in
+    the store: one kernel."""
+    m, k, n = shape(device)
+    x, w, b = rand(m, k, device=device), rand(k, n, device=device), rand(n, device=device)
+    sources = check(lambda x, w, b: F.gelu((x * 2) @ (w * 0.5) + b), x, w, b, **tol(torch.float32, k))
+    assert_fused(device, sources, prologues="ab")
+    if has_template(device):
+        assert "erf" in template_source(sources)
+
+
+def test_producer_read_twice_is_not_fused(device):
+    """A producer that another kernel reads too (or that is an output) is stored once, as
+    without prologues; its matmul loads it."""
+    m, k, n = shape(device)
+    x, w = rand(m, k, device=device), rand(k, n, device=device)
+    sources = check(lambda x, w: (lambda y: (y @ w, y.sum(1)))(x * 2), x, w, **tol(torch.float32, k))
+    if has_template(device):     # the template, and y with its sum
+        assert "a_tmp0" not in template_source(sources) and metrics.generated_kernel_count == 2
+    torch._dynamo.reset()
+    metrics.reset()
+    sources = check(lambda x, w: (lambda y: (y @ w, y))(x * 2), x, w, **tol(torch.float32, k))
+    if has_template(device):
+        assert "a_tmp0" not in template_source(sources) and metrics.generated_kernel_count == 2
+
+
+def test_sliced_operand_is_not_fused(device):
+    """A producer the matmul reads only part of (a slice: no one-to-one view) keeps its kernel."""
+    m, k, n = shape(device)
+    x, w = rand(m, k + 5, device=device), rand(k, n, device=device)
+    sources = check(lambda x, w: (x * 2)[:, 5:] @ w, x, w, **tol(torch.float32, k))
+    if has_template(device):
+        assert "a_tmp0" not in template_source(sources) and metrics.generated_kernel_count == 2
+
+
+def test_option_off_and_op_cost(device, monkeypatch):
+    """Off: the producer is its own kernel, as before. "cheap" leaves a transcendental
+    producer outside (the k loop repeats it per tile column); "all" fuses it."""
+    m, k, n = shape(device)
+    x, w = rand(m, k, device=device, low=-1, high=1), rand(k, n, device=device)
+    for mode, fn, fused in [("off", lambda x, w: (x * 2) @ w, False),
+                            ("cheap", lambda x, w: torch.exp(x) @ w, False),
+                            ("all", lambda x, w: torch.exp(x) @ w, True)]:
+        torch._dynamo.reset()
+        metrics.reset()
+        monkeypatch.setattr(config, "gemm_prologue_fusion", mode)
+        sources = check(fn, x, w, **tol(torch.float32, k))
+        if has_template(device):
+            assert ("a_tmp0" in template_source(sources)) == fused
+            assert metrics.generated_kernel_count == (1 if fused else 2), (mode, metrics.generated_kernels)
+
+
+def test_choice_counts_the_producers_saved(device, monkeypatch, tmp_path):
+    """The template (1.0 ms) is slower than aten (0.7 ms); an elementwise pass over the
+    output takes 0.5 ms. One prologue over a [m, k] operand saves a pass over m*k elements
+    (not enough): aten runs after the producer's own kernel. Prologues on both operands
+    save more than the difference: the template runs, one kernel."""
+    if not has_template(device):
+        pytest.skip("no GEMM template on this column")
+    m, k, n = shape(device)
+    x, w = rand(m, k, device=device), rand(k, n, device=device)
+    measured(monkeypatch, tmp_path / "one", template_ms=1.0, aten_ms=0.7, round_trip_ms=0.5)
+    sources = check(lambda x, w: (x * 2) @ w, x, w, **tol(torch.float32, k))
+    assert template_kernels() == [] and metrics.generated_kernel_count == 1
+    assert "aten was faster" in metrics.fallbacks["aten.mm.default"]
+    assert "torch.mm(" in sources[0]
+    torch._dynamo.reset()
+    metrics.reset()
+    measured(monkeypatch, tmp_path / "two", template_ms=1.0, aten_ms=0.7, round_trip_ms=0.5)
+    sources = check(lambda x, w: (x * 2) @ (w * 3), x, w, **tol(torch.float32, k))
+    assert_fused(device, sources, prologues="ab")
+
+
+def test_prologue_pipeline_fits_shared_memory(device, monkeypatch):
+    """The producer's inputs are staged in shared memory at their own width: where the
+    chosen tile's pipeline would not fit, its stages are cut down, and where not even two
+    fit, the producer runs as its own kernel and the template loads its output."""
+    from tritonfuse.codegen.triton import gemm_prologue
+    m, k, n = shape(device)
+    x, w = rand(m, k, device=device), rand(k, n, device=device)
+    for limit, fused in [(2**30, True), (1, False)]:     # bytes of shared memory
+        torch._dynamo.reset()
+        metrics.reset()
+        real = gemm_prologue.prologue_config
+        monkeypatch.setattr("tritonfuse.codegen.triton.gemm_template.prologue_config",
+                            lambda group, graph, shared: real(group, graph, limit))
+        sources = check(lambda x, w: (x * 2) @ w, x, w, **tol(torch.float32, k))
+        if has_template(device):
+            assert ("a_tmp0" in template_source(sources)) == fused
+            assert metrics.generated_kernel_count == (1 if fused else 2)
+
+
+def test_option_is_part_of_the_graph_cache_key(device, monkeypatch):
+    """A graph compiled with prologues off is not what the cache serves with them on."""
+    if not has_template(device):
+        pytest.skip("no GEMM template on this column")
+    monkeypatch.setattr(config, "graph_cache", True)
+    m, k, n = shape(device)
+    x, w = rand(m, k, device=device), rand(k, n, device=device)
+    for mode in ["off", "cheap", "off"]:       # the second "off" from the cache
+        torch._dynamo.reset()
+        metrics.reset()
+        monkeypatch.setattr(config, "gemm_prologue_fusion", mode)
+        sources = check(lambda x, w: (x * 2) @ w + 0.25, x, w, **tol(torch.float32, k))
+        assert ("a_tmp0" in "".join(sources)) == (mode == "cheap"), mode
