@@ -272,6 +272,10 @@ class Scheduler:
         metrics.fused_node_count += sum(len(g.nodes) for g in groups if isinstance(g, FusedNode) and len(g.nodes) > 1)
         return groups
 
+    def _dtype_of(self, name: str) -> Optional[torch.dtype]:
+        buffer = self.graph.name_to_buffer.get(name) or self.graph.graph_inputs.get(name)
+        return None if buffer is None else buffer.get_dtype()
+
     def _score(self, a: FusedNode, b: FusedNode) -> int:
         """Bytes that fusing saves: buffers one writes and the other reads, and shared reads.
         Two tiny kernels of one shape that share nothing still score 1: one launch saved
@@ -335,7 +339,7 @@ class Scheduler:
             return None
         producer = other.nodes[0]
         readers = {node.name for node in self.nodes if producer.name in node.read_names}
-        why = prologue_operand(template.template, producer, readers, self.output_names)
+        why = prologue_operand(template.template, producer, readers, self.output_names, self._dtype_of)
         if why:
             log.debug("no prologue fusion of %s into %s: %s", producer.name, template.template.name, why)
             return None
