@@ -24,7 +24,9 @@ from tritonfuse import sym
 
 from .common import cexpr
 
-SECOND = "_b"   # suffix of the second vector's names
+# Vectors of rows per step: 2 (16 floats on AVX2, one cache line of each reduced position);
+# 4 measured no better (below).
+LANE_GROUPS = 2
 _LANE_NAMES = r"tmp\d+|acc\d+\w*|local_\w+|cache_\w+"
 # a declaration: [alignas(n)] [const] type[*] [__restrict__] name followed by = ( [ or ;
 _DECLARATION = re.compile(r"^\s*(?:alignas\(\d+\)\s+)?(?:const\s+)?[\w:<>]+\*?(?:\s+__restrict__)?\s+(\w+)\s*[=(\[;{]")
@@ -35,27 +37,29 @@ class CppLanePairs:
     def _lane_pairs_eligible(self) -> bool:
         """The plain lanes-are-rows form of a reduction with values kept across its loops
         (local buffers or read caches), static reduced sizes, no tiles."""
-        return (self.axis == "x" and self.is_reduction and not self.tiled
-                and bool(self.local_buffers or self.read_cache)
+        return (LANE_GROUPS > 1 and self.axis == "x" and self.is_reduction and not self.tiled
+                and bool(self.local_buffers or self.read_cache or self.register_columns)
                 and all(sym.is_static(s) for s in self.r_sizes))
 
     def _emit_lane_pair_loop(self, out, inner) -> bool:
-        """The vector loop over the last x dim, two vectors per step; False (nothing
-        written) when the body cannot be jammed."""
+        """The vector loop over the last x dim, LANE_GROUPS vectors per step; False
+        (nothing written) when the body cannot be jammed."""
         var = f"x{len(self.x_sizes) - 1}"
-        body = inner.getvalue()
-        jammed = jam_two_vectors(body, var)
+        groups = LANE_GROUPS
+        jammed = jam_vectors(inner.getvalue(), var, groups)
         if jammed is None:
             return False
         size = cexpr(self.x_sizes[-1])
-        out.writeline(f"for (int64_t {var} = 0; {var} < {size}; {var} += 2 * tf::kVecLanes) {{")
+        step = f"{groups} * tf::kVecLanes"
+        out.writeline(f"for (int64_t {var} = 0; {var} < {size}; {var} += {step}) {{")
         with out.indent():
-            out.writeline(f"if ({var} + 2 * tf::kVecLanes <= {size}) {{   // two whole vectors of rows")
+            out.writeline(f"if ({var} + {step} <= {size}) {{   // {groups} whole vectors of rows")
             with out.indent():
                 out.writeline("constexpr bool TAIL = false;")
                 out.writeline("(void)TAIL;")
                 out.writeline("const int count = tf::kVecLanes;")
-                out.writeline(f"const int64_t {var}{SECOND} = {var} + tf::kVecLanes;")
+                for k, suffix in enumerate(suffixes(groups)[1:], 1):
+                    out.writeline(f"const int64_t {var}{suffix} = {var} + {k} * tf::kVecLanes;")
                 for line in jammed:
                     out.writeline(line)
             out.writeline("} else {   // the last rows, a vector at a time")
@@ -67,18 +71,27 @@ class CppLanePairs:
                 out.writeline("}")
             out.writeline("}")
         out.writeline("}")
+        self.lane_groups = groups
         return True
 
-    def _declare_second_vector_buffers(self, code, declared: str):
-        """The second vector's local buffers and read caches: copies of the declarations."""
-        for line in declared.splitlines():
-            if line.strip():
-                code.writeline(re.sub(rf"\b(local_\w+?|cache_\w+?)(_storage)?\b",
-                                      lambda m: f"{m.group(1)}{SECOND}{m.group(2) or ''}", line.strip()))
+    def _declare_lane_group_buffers(self, code, declared: str):
+        """The other vectors' local buffers and read caches: copies of the declarations."""
+        for suffix in suffixes(self.lane_groups)[1:]:
+            for line in declared.splitlines():
+                if line.strip():
+                    code.writeline(re.sub(r"\b(local_\w+?|cache_\w+?)(_storage)?\b",
+                                          lambda m: f"{m.group(1)}{suffix}{m.group(2) or ''}", line.strip()))
 
 
-def _rename(line: str, var: str) -> str:
-    return re.sub(rf"\b({_LANE_NAMES}|{var})\b", lambda m: m.group(1) + SECOND, line)
+def suffixes(groups: int) -> list:
+    """Name suffixes of the vectors of one step: "" for the first, then _b, _c, ..."""
+    return [""] + [f"_{chr(ord('b') + k)}" for k in range(groups - 1)]
+
+
+def _rename(line: str, var: str, suffix: str) -> str:
+    if not suffix:
+        return line
+    return re.sub(rf"\b({_LANE_NAMES}|{var})\b", lambda m: m.group(1) + suffix, line)
 
 
 def _blocks(lines):
@@ -105,22 +118,22 @@ def _blocks(lines):
     return stack[0] if not headers else None
 
 
-def _jam(first, second, out, depth):
-    """Interleave two item lists of the same shape; False if their shapes differ."""
-    if len(first) != len(second):
+def _jam(copies, out, depth):
+    """Interleave item lists of the same shape; False if their shapes differ."""
+    if len({len(items) for items in copies}) != 1:
         return False
     statements = []
-    for a, b in zip(first, second):
-        if isinstance(a, str) != isinstance(b, str):
+    for items in zip(*copies):
+        if len({isinstance(item, str) for item in items}) != 1:
             return False
-        if isinstance(a, str):
-            statements.append((a, b))
+        if isinstance(items[0], str):
+            statements.append(items)
             continue
-        if a[0] != b[0]:   # a loop whose bounds depend on the lanes
+        if len({header for header, _ in items}) != 1:   # a loop whose bounds depend on the lanes
             return False
         _flush(statements, out, depth)
-        out.append("    " * depth + a[0])
-        if not _jam(a[1], b[1], out, depth + 1):
+        out.append("    " * depth + items[0][0])
+        if not _jam([body for _, body in items], out, depth + 1):
             return False
         out.append("    " * depth + "}")
     _flush(statements, out, depth)
@@ -128,23 +141,23 @@ def _jam(first, second, out, depth):
 
 
 def _flush(statements, out, depth):
-    out.extend("    " * depth + a for a, _ in statements)
-    out.extend("    " * depth + b for _, b in statements)
+    """Each copy's statements in a run (they are independent), copy after copy."""
+    for copy in zip(*statements):
+        out.extend("    " * depth + line for line in copy)
     statements.clear()
 
 
-def jam_two_vectors(body: str, var: str) -> Optional[list]:
-    """The lines of ``body`` for two vectors of rows (lane base ``var`` and ``var``_b),
-    interleaved inside each loop; None when the body has a construct this does not read
-    or declares a name the rename would not give the second vector its own copy of."""
+def jam_vectors(body: str, var: str, groups: int) -> Optional[list]:
+    """The lines of ``body`` for ``groups`` vectors of rows (lane bases ``var``,
+    ``var``_b, ...), interleaved inside each loop; None when the body has a construct this
+    does not read or declares a name the rename would not give each vector its own copy of."""
     lines = body.splitlines()
     for line in lines:
         declared = _DECLARATION.match(line)
         if declared and not re.fullmatch(_LANE_NAMES, declared.group(1)):
             return None
-    first = _blocks(lines)
-    second = _blocks([_rename(line, var) for line in lines])
-    if first is None or second is None:
+    copies = [_blocks([_rename(line, var, suffix) for line in lines]) for suffix in suffixes(groups)]
+    if any(items is None for items in copies):
         return None
     out = []
-    return out if _jam(first, second, out, 0) else None
+    return out if _jam(copies, out, 0) else None

@@ -31,9 +31,7 @@ class CppLoopNest:
         self.vec_mode = False
         if self.tiled:
             self._emit_tiles(out, inner)
-        elif self._lane_pairs_eligible() and self._emit_lane_pair_loop(out, inner):
-            self.lane_pairs = True
-        else:
+        elif not (self._lane_pairs_eligible() and self._emit_lane_pair_loop(out, inner)):
             self._emit_vector_loops(out, [], [], inner, vector_dim=("x", len(self.x_sizes) - 1, self.x_sizes[-1]))
 
     def _emit_plain_r_loops(self, out, seg, stores_through_tiles=False):
@@ -343,8 +341,7 @@ class CppLoopNest:
             self._declare_local_buffers(declarations)
             self._declare_read_caches(declarations)
             code.splice(declarations)
-            if self.lane_pairs:
-                self._declare_second_vector_buffers(code, declarations.getvalue())
+            self._declare_lane_group_buffers(code, declarations.getvalue())
             if parallel and loops:
                 collapse = f" collapse({loops})" if loops > 1 else ""
                 code.writeline(f"#pragma omp for{collapse} schedule(static)")

@@ -53,7 +53,10 @@ def test_outer_dim_reductions(shape):
 @pytest.mark.parametrize("shape, dim, form", [
     ((40, 3000), 0, "row blocks"),         # one row dim too wide for a row per thread: blocks of
                                            # columns, the last with a tail
-    ((300, 1000), 0, "partial rows"),      # one row dim: each thread a share of the rows
+    ((300, 1000), 0, "registers"),         # one row dim, many columns: the threads share the
+                                           # columns, two vectors accumulated in registers
+    ((3000, 200), 0, "partial rows"),      # one row dim, too few columns for registers: each
+                                           # thread a share of the rows
     ((8, 128, 256), 1, "row blocks"),      # whole rows, one per (collapsed) outer index
     ((3, 400, 40), 1, "row blocks"),       # 3 outer rows for 2 threads: split into blocks
     ((6000, 8), 0, "partial rows"),        # too few columns for the threads: split the reduction
@@ -68,6 +71,7 @@ def test_outer_reduction_forms(shape, dim, form, dtype, monkeypatch):
     assert kernel_count() == 1
     kernel = sources[1]
     assert ("_partial" in kernel) == (form == "partial rows"), kernel
+    assert ("acc0_b" in kernel) == (form == "registers"), kernel
 
 
 @pytest.mark.parametrize("make", [
@@ -78,14 +82,43 @@ def test_outer_reduction_forms(shape, dim, form, dtype, monkeypatch):
 ])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_column_reductions_split_among_threads(make, dtype, monkeypatch):
-    # x.sum(0) with fewer output rows than threads: the threads take shares of the rows
-    # (partial rows) instead of blocks of every row
+    # x.sum(0) with fewer output rows than threads: the threads share the columns, two
+    # vectors of them in registers a step, where there are enough (4 steps a thread);
+    # else they take shares of the rows (partial rows); never blocks of every row
     monkeypatch.setattr("cpu_backend.scheduling.default_num_threads", lambda: 2)
     x = make(dtype)
     tol = dict(atol=1e-3, rtol=1e-4) if dtype == torch.float32 else dict(atol=0.5, rtol=2e-2)
     sources = check(lambda a: (a.sum(0), a.amax(0) * 2), x, **tol)
     if x.is_contiguous():
-        assert "_partial" in sources[1], sources[1]
+        registers = x.shape[1] // 32 >= 8
+        assert ("acc0_b" in sources[1]) == registers and ("_partial" in sources[1]) != registers, sources[1]
+
+
+@pytest.mark.parametrize("make", [
+    lambda dtype: rand(1531, 513, dtype=dtype).t(),            # odd sizes: a pair, then one vector and a tail
+    lambda dtype: rand(64, 40, dtype=dtype).t(),               # pairs only (40 rows: 2 pairs of 16 and 8)
+    lambda dtype: rand(100, 37, dtype=dtype).t(),
+    lambda dtype: rand(100, 50, dtype=dtype)[:, 3:44].t(),     # sliced: rows a stride apart
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_lanes_are_rows_two_vectors_a_step(make, dtype):
+    # x - softmax(x) over a strided dim: two vectors of rows a step through every loop
+    # (lane_pairs.py), the last rows a vector at a time
+    x = make(dtype)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    sources = check(lambda a: a - torch.softmax(a, -1), x, **tol)
+    assert "x1_b" in sources[1] or "x0_b" in sources[1], sources[1]
+    assert "the last rows, a vector at a time" in sources[1]
+
+
+def test_lane_pairs_jam_refuses_what_it_cannot_read():
+    from cpu_backend.lane_pairs import jam_vectors
+    body = "tf::Vec<float> acc0(0.0f);\nfor (int64_t r0 = 0; r0 < 9; ++r0) {\nacc0 = acc0 + tf::vload<TAIL>(p + 9*r0 + x0, count);\n}\n"
+    jammed = jam_vectors(body, "x0", 2)
+    assert jammed[1].strip() == "tf::Vec<float> acc0_b(0.0f);" and "x0_b" in jammed[4], jammed
+    assert jam_vectors(body.replace("acc0(", "total("), "x0", 2) is None          # a name not renamed
+    assert jam_vectors(body + "if (x0 > 1) {\n}\n", "x0", 2) is None            # an if block
+    assert jam_vectors(body.replace("r0 < 9", "r0 < x0"), "x0", 2) is None        # bounds by lane
 
 
 def test_full_reduction_of_a_large_tensor():
