@@ -98,7 +98,6 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReadCache, Cpp
         self.checks_division = False   # an integer division: the kernel returns zero_division
         self._init_read_cache()
         self.lane_groups = 1   # vectors of rows per step (lane_pairs.py)
-        self.register_columns = False   # an outer reduction in the plain form (outer_reduction.py)
 
     # ---- analysis ---------------------------------------------------------------------
     def _choose_vector_axis(self, layouts):
@@ -145,10 +144,8 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReadCache, Cpp
         if self._is_scan():
             return self._generate_scan()
         if self._rows_outer_reduction():
-            if not self._columns_in_registers():
-                return self._generate_rows_outer_reduction()
-            self.register_columns = True   # the plain form below, two vectors of columns a step
-        elif self._loop_row_blocks():
+            return self._generate_rows_outer_reduction()
+        if self._loop_row_blocks():
             try:
                 return self._generate_loop_row_blocks()
             except _Decline:    # a construct the row-block form does not move: the plain form

@@ -1,5 +1,5 @@
-"""Two vectors of rows per step for lanes-are-rows reductions (x - softmax(x) over a
-strided dim). A mixin of CppKernel.
+"""Two (LANE_GROUPS) vectors of rows per step for lanes-are-rows reductions
+(x - softmax(x) over a strided dim). A mixin of CppKernel.
 
 In the plain lanes-are-rows form each step of the row loop takes kVecLanes rows (8 floats
 on AVX2: half a cache line of each reduced position) through every r loop. Its reads of
@@ -10,8 +10,8 @@ read for ownership, evicted and read again. Here a step takes two vectors of row
 body is generated once, copied with its names renamed for the second vector (`tmp3` ->
 `tmp3_b`, the lane base `x1` -> `x1_b`, local buffers and read caches get a second set),
 and the two copies are interleaved inside each r loop, so each iteration reads and writes
-whole lines. Kernel alone, one thread, x - softmax(x) f32 transposed: 1024x1024 2.04 ->
-1.19 ms, 513x1531 1.04 -> 0.87 ms.
+whole lines. Kernel alone (ctypes on torch tensors, fresh output), one thread,
+x - softmax(x) f32 transposed: 1024x1024 2.04 -> 1.19 ms, 513x1531 1.04 -> 0.87 ms.
 
 The jam is textual, so it accepts only bodies it can read: straight statements and
 `for (...) {` blocks whose headers the rename leaves alone, every declared name renamed.
@@ -25,7 +25,7 @@ from tritonfuse import sym
 from .common import cexpr
 
 # Vectors of rows per step: 2 (16 floats on AVX2, one cache line of each reduced position);
-# 4 measured no better (below).
+# 4 was no better in one loaded run (x - softmax(x), 1024x1024 / 513x1531 / 2048x512).
 LANE_GROUPS = 2
 _LANE_NAMES = r"tmp\d+|acc\d+\w*|local_\w+|cache_\w+"
 # a declaration: [alignas(n)] [const] type[*] [__restrict__] name followed by = ( [ or ;
@@ -38,7 +38,7 @@ class CppLanePairs:
         """The plain lanes-are-rows form of a reduction with values kept across its loops
         (local buffers or read caches), static reduced sizes, no tiles."""
         return (LANE_GROUPS > 1 and self.axis == "x" and self.is_reduction and not self.tiled
-                and bool(self.local_buffers or self.read_cache or self.register_columns)
+                and bool(self.local_buffers or self.read_cache)
                 and all(sym.is_static(s) for s in self.r_sizes))
 
     def _emit_lane_pair_loop(self, out, inner) -> bool:

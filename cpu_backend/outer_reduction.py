@@ -36,9 +36,6 @@ from .common import CppVar, cexpr
 MAX_BLOCK = 4096
 MAX_ROWS_BYTES = 64 * 1024
 BLOCK_ALIGN = 16    # blocks are whole vectors of any ISA (kVecLanes divides 16)
-# Steps of two vectors of columns per thread below which x.sum(0) keeps partial rows
-# (a (100000, 16) tensor has one step: the threads must split the rows).
-REGISTER_STEPS = 4
 
 
 class CppOuterReductions:
@@ -84,21 +81,6 @@ class CppOuterReductions:
         sizes = [sym.to_int(s) for s in self.x_sizes]
         accumulators = len(self.segments[0].layouts)
         return threads > 1 and math.prod(sizes[:-1]) < threads and sizes[-1] * 8 * accumulators <= MAX_ROWS_BYTES
-
-    def _columns_in_registers(self) -> bool:
-        """Instead of partial rows, where those would be chosen and the last row dim gives
-        every thread REGISTER_STEPS steps of two vectors: the plain lanes-are-rows form,
-        the threads sharing the columns, each step two vectors of columns accumulated in
-        registers over all reduced rows (lane_pairs.py), so no accumulator row is loaded and
-        stored per input vector and no combine pass follows. x.sum(0) f32, 2 threads, kernel
-        alone (min us, two runs): 513x1531 82 / 51 -> 53 / 41, 2048x512 123 / 73 -> 75 / 69,
-        777x3001 238 / 141 -> 146 / 127 (eager 58 / 44, 77 / 73, 161 / 132)."""
-        work = sym.hint(self.group.x_numel * self.group.r_numel)
-        threads = self.num_threads if work >= common.PARALLEL_THRESHOLD else 1
-        if threads <= 1 or not self._rows_split_among_threads(threads):
-            return False
-        steps = sym.to_int(self.x_sizes[-1]) // (2 * 16)   # 16: the widest vector's lanes
-        return steps >= REGISTER_STEPS * threads
 
     def _generate_rows_outer_reduction(self) -> str:
         work = sym.hint(self.group.x_numel * self.group.r_numel)
