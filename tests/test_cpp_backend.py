@@ -105,6 +105,17 @@ def test_lanes_are_rows_two_vectors_a_step(make, dtype):
     assert "the last rows, a vector at a time" in sources[1]
 
 
+@pytest.mark.parametrize("rows, cols", [(100, 37), (513, 131)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cross_entropy_of_transposed_logits_two_vectors_a_step(rows, cols, dtype):
+    # the log-softmax kernel of cross_entropy over a strided class dim takes the jam too
+    logits = rand(cols, rows, dtype=dtype).t()
+    target = torch.randint(0, cols, (rows,))
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    sources = check(lambda a, t: torch.nn.functional.cross_entropy(a, t), logits, target, **tol)
+    assert "x0_b" in "".join(sources[1:]), sources
+
+
 def test_lane_pairs_jam_refuses_what_it_cannot_read():
     from cpu_backend.lane_pairs import jam_vectors
     body = "tf::Vec<float> acc0(0.0f);\nfor (int64_t r0 = 0; r0 < 9; ++r0) {\nacc0 = acc0 + tf::vload<TAIL>(p + 9*r0 + x0, count);\n}\n"
