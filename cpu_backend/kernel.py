@@ -37,6 +37,7 @@ from .common import (
     HALF_TYPES, SIZE_PARAMS, STORAGE_TYPES, TILE_COLS, CppVar, _cast_python, _stride, _vector_printer, cexpr, compute_dtype,
     cpp_constant, ctype,
 )
+from .lane_pairs import CppLanePairs
 from .loop_nest import OUT_TILE_STEPS, CppLoopNest
 from .outer_reduction import CppOuterReductions
 from .overrides import CPP_CHECKED_DIVISION, CPP_OPS, cpp_op, cpp_result_dtype, is_integer
@@ -47,8 +48,8 @@ from .scan import CppScans
 from .scatter import CppScatter
 
 
-class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReadCache, CppReductions, CppScans,
-                CppScatter):
+class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReadCache, CppLanePairs, CppReductions,
+                CppScans, CppScatter):
     def __init__(self, group, internal, graph, name, num_threads, in_place=None, row_blocks=True):
         self.init_args = (group, internal, graph, name, num_threads, in_place)
         self.no_row_blocks = not row_blocks
@@ -96,6 +97,7 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReadCache, Cpp
         self.node_kind = None
         self.checks_division = False   # an integer division: the kernel returns zero_division
         self._init_read_cache()
+        self.lane_groups = 1   # vectors of rows per step (lane_pairs.py)
 
     # ---- analysis ---------------------------------------------------------------------
     def _choose_vector_axis(self, layouts):

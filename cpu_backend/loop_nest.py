@@ -31,7 +31,7 @@ class CppLoopNest:
         self.vec_mode = False
         if self.tiled:
             self._emit_tiles(out, inner)
-        else:
+        elif not (self._lane_pairs_eligible() and self._emit_lane_pair_loop(out, inner)):
             self._emit_vector_loops(out, [], [], inner, vector_dim=("x", len(self.x_sizes) - 1, self.x_sizes[-1]))
 
     def _emit_plain_r_loops(self, out, seg, stores_through_tiles=False):
@@ -337,8 +337,11 @@ class CppLoopNest:
                 code.writeline(f"#pragma omp parallel num_threads({self.num_threads}){condition}")
                 code.writeline("{")
                 code._indent += 1
-            self._declare_local_buffers(code)
-            self._declare_read_caches(code)
+            declarations = IndentedBuffer()
+            self._declare_local_buffers(declarations)
+            self._declare_read_caches(declarations)
+            code.splice(declarations)
+            self._declare_lane_group_buffers(code, declarations.getvalue())
             if parallel and loops:
                 collapse = f" collapse({loops})" if loops > 1 else ""
                 code.writeline(f"#pragma omp for{collapse} schedule(static)")

@@ -88,6 +88,44 @@ def test_column_reductions_split_among_threads(make, dtype, monkeypatch):
         assert "_partial" in sources[1], sources[1]
 
 
+@pytest.mark.parametrize("make", [
+    lambda dtype: rand(1531, 513, dtype=dtype).t(),            # odd sizes: a pair, then one vector and a tail
+    lambda dtype: rand(64, 40, dtype=dtype).t(),               # 40 rows: whole steps, then one vector
+    lambda dtype: rand(100, 37, dtype=dtype).t(),
+    lambda dtype: rand(100, 50, dtype=dtype)[:, 3:44].t(),     # sliced: rows a stride apart
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_lanes_are_rows_two_vectors_a_step(make, dtype):
+    # x - softmax(x) over a strided dim: two vectors of rows a step through every loop
+    # (lane_pairs.py), the last rows a vector at a time
+    x = make(dtype)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    sources = check(lambda a: a - torch.softmax(a, -1), x, **tol)
+    assert "x1_b" in sources[1] or "x0_b" in sources[1], sources[1]
+    assert "the last rows, a vector at a time" in sources[1]
+
+
+@pytest.mark.parametrize("rows, cols", [(100, 37), (513, 131)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cross_entropy_of_transposed_logits_two_vectors_a_step(rows, cols, dtype):
+    # the log-softmax kernel of cross_entropy over a strided class dim takes the jam too
+    logits = rand(cols, rows, dtype=dtype).t()
+    target = torch.randint(0, cols, (rows,))
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    sources = check(lambda a, t: torch.nn.functional.cross_entropy(a, t), logits, target, **tol)
+    assert "x0_b" in "".join(sources[1:]), sources
+
+
+def test_lane_pairs_jam_refuses_what_it_cannot_read():
+    from cpu_backend.lane_pairs import jam_vectors
+    body = "tf::Vec<float> acc0(0.0f);\nfor (int64_t r0 = 0; r0 < 9; ++r0) {\nacc0 = acc0 + tf::vload<TAIL>(p + 9*r0 + x0, count);\n}\n"
+    jammed = jam_vectors(body, "x0", 2)
+    assert jammed[1].strip() == "tf::Vec<float> acc0_b(0.0f);" and "x0_b" in jammed[4], jammed
+    assert jam_vectors(body.replace("acc0(", "total("), "x0", 2) is None          # a name not renamed
+    assert jam_vectors(body + "if (x0 > 1) {\n}\n", "x0", 2) is None            # an if block
+    assert jam_vectors(body.replace("r0 < 9", "r0 < x0"), "x0", 2) is None        # bounds by lane
+
+
 def test_full_reduction_of_a_large_tensor():
     x = rand(300, 700)
     check(lambda a: (a.sum(), a.amax(), a.argmin()), x, atol=1e-2, rtol=1e-4)
