@@ -33,6 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scripts import model_zoo as mz  # noqa: E402
+from scripts.bench_accuracy import step_callable  # noqa: E402
 from scripts.bench_common import time_cuda_samples  # noqa: E402
 
 SLEEP_CYCLES = 200_000_000      # ~0.1 s on a 1.7-2 GHz GPU: longer than any step's enqueue
@@ -48,14 +49,7 @@ def make_train_step(name: str, backend: str):
         compiled = torch.compile(step, backend=backend)
     else:
         compiled = step
-    batch = mz.make_batch(spec, "train", dev, torch.bfloat16)
-    params = list(step.parameters())
-
-    def train_step():
-        for p in params:
-            p.grad = None
-        compiled(batch).backward()
-    return train_step
+    return step_callable(step, compiled, mz.make_batch(spec, "train", dev, torch.bfloat16), train=True)
 
 
 def pipelined_ms(fn, n: int) -> float:

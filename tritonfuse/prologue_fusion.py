@@ -58,7 +58,7 @@ def body_ops(node) -> set:
     return recorder.names
 
 
-def prologue_operand(template_node, producer, readers, output_names, dtype_of=lambda name: None) -> str:
+def prologue_operand(template_node, producer, readers, output_names, dtype_of) -> str:
     """Why ``producer`` (a scheduler node) may not be computed in ``template_node``'s
     operand load ("" when it may). ``readers``: the names of the nodes that read the
     producer's buffer; ``output_names``: the graph's outputs; ``dtype_of``: a buffer's
@@ -85,18 +85,19 @@ def prologue_operand(template_node, producer, readers, output_names, dtype_of=la
         return "an indirect or reducing body"
     if mode == "cheap" and not ops <= CHEAP_OPS:
         return f"ops beyond a cast or scale ({', '.join(sorted(ops - CHEAP_OPS))})"
-    if mode == "cheap" and _reads_wider_elements(producer, dtype_of):
+    if mode == "cheap" and widest_element(producer, dtype_of) > producer.buffer.get_dtype().itemsize:
         return "it reads wider elements than it writes (the template would stage those in shared memory)"
     return ""
 
 
-def _reads_wider_elements(producer, dtype_of) -> bool:
-    """Whether the producer loads elements wider than those it stores: a float32 weight cast
-    to bfloat16 in the load made a 4096^3 matmul 2.6x slower on an H100 (fewer pipeline
-    stages fit, and twice the bytes cross memory per tile), where Inductor's rule too is
-    that a prologue reads no more bytes than it writes."""
-    width = producer.buffer.get_dtype().itemsize
-    return any(dtype is not None and dtype.itemsize > width for dtype in map(dtype_of, producer.read_names))
+def widest_element(producer, dtype_of) -> int:
+    """Bytes of the widest element the producer loads or stores (a float32 weight cast to
+    bfloat16: 4). Triton stages a prologue's loads in shared memory at that width
+    (gemm_prologue.prologue_config). Under "cheap" a producer may read nothing wider than it
+    writes, as Inductor's rule says: a float32 weight cast to bfloat16 in the load made a
+    4096^3 matmul 2.6x slower on an H100 (fewer pipeline stages, twice the bytes a tile)."""
+    dtypes = [dtype_of(name) for name in producer.read_names] + [producer.buffer.get_dtype()]
+    return max(dtype.itemsize for dtype in dtypes if dtype is not None)
 
 
 def dense_permutation(view, producer) -> bool:

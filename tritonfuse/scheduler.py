@@ -273,7 +273,7 @@ class Scheduler:
         return groups
 
     def _dtype_of(self, name: str) -> Optional[torch.dtype]:
-        buffer = self.graph.name_to_buffer.get(name) or self.graph.graph_inputs.get(name)
+        buffer = self.graph.name_to_buffer.get(name)     # (graph inputs included)
         return None if buffer is None else buffer.get_dtype()
 
     def _score(self, a: FusedNode, b: FusedNode) -> int:
@@ -335,7 +335,8 @@ class Scheduler:
         """``template``'s group with ``other`` (one pointwise node producing an operand that
         only the template reads) computed in the template's operand load, or None
         (prologue_fusion.py decides)."""
-        if template.template is None or len(other.nodes) != 1 or other.template is not None:
+        if config.gemm_prologue_fusion == "off" or template.template is None or len(other.nodes) != 1 \
+                or other.template is not None:
             return None
         producer = other.nodes[0]
         readers = {node.name for node in self.nodes if producer.name in node.read_names}

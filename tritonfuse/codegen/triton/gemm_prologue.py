@@ -16,7 +16,7 @@ choice step picked for the plain template may need fewer pipeline stages
 import sympy
 
 from ...dependencies import plan_and_deps
-from ...prologue_fusion import tiled_dims
+from ...prologue_fusion import tiled_dims, widest_element
 from ...runtime.gemm_heuristics import MIN_STAGES
 from ...runtime.heuristics import Config
 from ...virtualized import set_ops_handler
@@ -115,7 +115,7 @@ def prologue_config(group, graph, shared_memory):
         width = view.get_dtype().itemsize
         producer = next((n for n in group.nodes if n.name == name and name in group.prologue), None)
         if producer is not None:
-            width = max([width] + [graph.get_dtype(read).itemsize for read in producer.read_names])
+            width = max(width, widest_element(producer, graph.get_dtype))
         widths.append(width)
     per_stage = blocks["BLOCK_M"] * blocks["BLOCK_K"] * widths[0] + blocks["BLOCK_K"] * blocks["BLOCK_N"] * widths[1]
     stages = min(config.num_stages, shared_memory // per_stage)
