@@ -81,11 +81,7 @@ ALLOWED_FALLBACKS = {
 
 # ---- pending lowerings: ops Inductor makes kernels for that still run as aten here ------------
 
-_GPU_ORDER = ("on a GPU tritonfuse keeps eager's deterministic kernel for accumulating index_put (colliding "
-              "float sums in eager's order; README, indirect writes); on the CPU it generates a kernel")
-PENDING_LOWERINGS = {
-    "_unsafe_masked_index_put_accumulate": _GPU_ORDER,
-}
+PENDING_LOWERINGS: dict = {}
 
 # ---- expected failures: {column: {op: reason}}; "all" applies to every column --------------------
 

@@ -50,7 +50,10 @@ EAGER_UNORDERED_WRITES = {
 # compiler does, the lowering adds a table row's gradients there with float atomics, in no
 # fixed order, unless torch.use_deterministic_algorithms(True) is on: it decomposes into an
 # index_add, whose eager CUDA kernel adds with atomics too (decompositions.py).
-UNORDERED_AS_TORCH_COMPILE = {"embedding_dense_backward": ("cuda",)}
+# index_put(accumulate=True) on CUDA (also _unsafe_masked_index_put_accumulate, and the
+# backward of advanced indexing and of nearest upsampling) sorts the indices in eager too;
+# torch.compile's default compiler adds with atomics there, and so does the lowering.
+UNORDERED_AS_TORCH_COMPILE = {"embedding_dense_backward": ("cuda",), "index_put_accumulate": ("cuda",)}
 
 
 def unordered_writes_allowed(device_type: str, eager_op: str) -> bool:
