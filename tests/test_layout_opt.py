@@ -106,33 +106,33 @@ class ResidualBlock(nn.Module):
         return torch.relu(out + self.down(x)).mean((2, 3))
 
 
-def _train_step(model, x, dtype):
+def _train_step(model, x, dtype, input_grad=True):
     model = model.to(dtype)
-    x = x.detach().to(dtype).requires_grad_(True)
+    x = x.detach().to(dtype).requires_grad_(input_grad)
     out = model(x)
     out.float().square().sum().backward()
-    return out, x.grad, [p.grad for p in model.parameters()]
+    return [out] + ([x.grad] if input_grad else []) + [p.grad for p in model.parameters()]
 
 
-def _check_training(module, x, dtype):
+def _check_training(module, x, dtype, input_grad=True):
     """Eager against compiled: a warm-up step compiles both graphs, the next one is
     compared and recorded. Returns the recorder."""
     eager, compiled_model = copy.deepcopy(module), copy.deepcopy(module)
     compiled = torch.compile(compiled_model, backend="tritonfuse", dynamic=False)
-    _train_step(compiled, x, dtype)
+    _train_step(compiled, x, dtype, input_grad)
     compiled_model.zero_grad()
     for m in (eager, compiled_model):   # the same running statistics before the compared step
         m.load_state_dict(module.state_dict())
     with ConvRecorder() as recorder:
-        actual = _train_step(compiled, x, dtype)
-    expected = _train_step(eager, x, dtype)
+        actual = _train_step(compiled, x, dtype, input_grad)
+    expected = _train_step(eager, x, dtype, input_grad)
     assert metrics.eager_graphs == 0
     if dtype == torch.float32:
         _assert_close_with_strides(actual, expected, dtype)
     else:   # bf16 rounding differs per op: no farther from float64 than eager is
         reference = copy.deepcopy(module).double()
         reference.load_state_dict(module.state_dict())
-        _assert_as_close_as_eager(actual, expected, _train_step(reference, x, torch.float64))
+        _assert_as_close_as_eager(actual, expected, _train_step(reference, x, torch.float64, input_grad))
     return recorder
 
 
@@ -233,6 +233,44 @@ def test_auto_backward_follows_the_forward(device, monkeypatch):
             recorder.assert_channels_last()
         else:
             assert not any(any(maps) for _, maps, _ in recorder.calls), recorder.calls
+
+
+class PatchEmbedding(nn.Module):
+    """A ViT's patch embedding: non-overlapping patches into channels, flattened to tokens,
+    after a class token."""
+
+    def __init__(self, channels=8, patch=4):
+        super().__init__()
+        self.proj = nn.Conv2d(3, channels, patch, stride=patch)
+        self.class_token = nn.Parameter(torch.randn(1, 1, channels))
+        self.norm = nn.LayerNorm(channels)
+
+    def forward(self, x):
+        tokens = self.proj(x).flatten(2).transpose(1, 2)
+        return self.norm(torch.cat([self.class_token.expand(len(x), -1, -1), tokens], 1))
+
+
+@pytest.mark.parametrize("forward_decides, listed", [(True, True), (False, True), (False, False)])
+def test_backward_given_channels_last_gradients_gets_channels_last_operands(device, monkeypatch, forward_decides,
+                                                                          listed):
+    """Eager's own trace hands a patch embedding's convolution backward a gradient laid out
+    HWC per image (a view of the tokens' gradient past the class token) beside the NCHW
+    image, whatever the forward decided. On a device of CHANNELS_LAST_GRADIENT_DEVICES
+    (cuDNN would convert both itself) the backward copies the image and the gradient
+    channels_last; the weight, which the weight's gradient does not read, keeps its
+    layout. Elsewhere the layouts stay eager's."""
+    monkeypatch.setattr(config, "layout_opt", "auto")
+    monkeypatch.setattr(layout_opt, "CPU_DEFAULT", forward_decides)
+    monkeypatch.setattr(layout_opt, "_worth_it_on_gpu", lambda *args, **kwargs: forward_decides)
+    monkeypatch.setattr(layout_opt, "CHANNELS_LAST_GRADIENT_DEVICES", (torch.device(device).type,) if listed else ())
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    image = torch.randn(2, 3, 16, 12, device=device)
+    recorder = _check_training(PatchEmbedding().to(device), image, torch.float32, input_grad=False)
+    calls = dict((name, (maps, weight)) for name, maps, weight in recorder.calls)
+    assert calls["convolution"] == ([forward_decides], forward_decides), recorder.calls
+    given = listed or forward_decides
+    assert calls["convolution_backward"] == ([given, given], False), recorder.calls
 
 
 @pytest.mark.parametrize("weight_shape, groups, expected", [

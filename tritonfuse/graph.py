@@ -22,8 +22,8 @@ from .ir import (
 )
 from .codegen.registry import prefers_materialized_reuse, prefers_online_softmax
 from .layout_opt import (
-    CONV_ARGS, LayoutPlan, channels_last_strides, has_strides, is_channels_last, onednn_miscomputes,
-    walks_channels_last,
+    CONV_ARGS, LayoutPlan, channels_last_strides, conv_operands_needed, has_strides, is_channels_last,
+    onednn_miscomputes, walks_channels_last,
 )
 from .lowering import Unsupported, lowerings
 from .lowering.input_mutation import write_into_inputs
@@ -323,12 +323,11 @@ class GraphLowering(torch.fx.Interpreter):
         copy = realize_with_strides(value, meta.shape, meta.stride())
         return TensorBox(StorageBox(copy))
 
-    def _channels_last_conv_args(self, target, ir_args):
-        """A 2-D convolution's feature maps and weight, channels_last: a value held in
-        another layout (a graph input, a weight) is copied, once per graph."""
-        conv = CONV_ARGS[target]
+    def _channels_last_conv_args(self, node, ir_args):
+        """A 2-D convolution's feature maps and weight that its outputs read, channels_last:
+        a value held in another layout (a graph input, a weight) is copied, once per graph."""
         ir_args = list(ir_args)
-        for position in (*conv.feature_maps, conv.weight):
+        for position in conv_operands_needed(node):
             value = ir_args[position]
             if isinstance(value, (Buffer, ReinterpretView)) and len(value.layout.size) == 4:
                 ir_args[position] = self._channels_last_copy(value)
@@ -449,7 +448,7 @@ class GraphLowering(torch.fx.Interpreter):
             channels_last_conv = False
             ir_args = self._fallback_inputs(args, node.args, exact=True)
         if channels_last_conv:
-            ir_args = self._channels_last_conv_args(target, ir_args)
+            ir_args = self._channels_last_conv_args(node, ir_args)
         if channels_last_conv or _layouts_differ((ir_args, ir_kwargs), (node.args, fx_kwargs)):
             outputs = _fake_outputs(target, ir_args, ir_kwargs, node)
             if outputs is not None:

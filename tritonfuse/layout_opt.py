@@ -106,8 +106,9 @@ def _enabled(gm, example_inputs, kind, convs) -> bool:
     if config.layout_opt != "auto":
         return config.layout_opt == "1"
     if kind == "backward":
-        # the forward's decision, made visible: its saved activations arrive channels_last
-        return _receives_channels_last(gm, example_inputs)
+        # the forward's decision, made visible: its saved activations arrive channels_last;
+        # or eager's own trace hands a convolution backward a channels_last gradient
+        return _receives_channels_last(gm, example_inputs) or _gets_channels_last_gradients(convs)
     devices = {_meta(node.args[CONV_ARGS[node.target].weight]).device.type for node in convs}
     if devices == {"cuda"}:
         return _worth_it_on_gpu(gm, convs, is_inference=kind == "inference")
@@ -127,6 +128,52 @@ def _receives_channels_last(gm, example_inputs) -> bool:
                 and is_channels_last(value.shape, value.stride()) and not is_channels_last(meta.shape, meta.stride()):
             return True
     return False
+
+
+# Devices whose convolution backward, handed a gradient laid out HWC per image beside NCHW
+# operands, converts them all itself. A ViT's patch embedding gets such a gradient in eager too
+# (a view of the tokens' gradient past the class token) with the NCHW image: aten copies the
+# gradient to NCHW (the layout the image and weight suggest) and cuDNN's weight gradient then
+# runs nchwToNhwcKernel on both. H100, bf16, 32x3x224x224 images, 16x16 patches of stride 16
+# into 768 channels: 245 us in eager's layouts, 165 us with the image copied channels_last
+# first (the copy included), 146 us with every operand already channels_last (stop 27 probe).
+# cuDNN was measured; oneDNN was not.
+CHANNELS_LAST_GRADIENT_DEVICES = ("cuda",)
+
+
+def _gets_channels_last_gradients(convs) -> bool:
+    """Whether eager's trace gives a convolution backward (on a device of
+    ``CHANNELS_LAST_GRADIENT_DEVICES``, not grouped) a gradient laid out HWC per image: its other
+    operands are then given channels_last too."""
+    for node in convs:
+        if node.target is not aten.convolution_backward.default:
+            continue
+        grad, weight = _meta(node.args[0]), _meta(node.args[CONV_ARGS[node.target].weight])
+        if weight.device.type in CHANNELS_LAST_GRADIENT_DEVICES and grad is not None and grad.dim() == 4 \
+                and _channels_last_per_image(grad.shape, grad.stride()) and not _grouped(_conv_shape(node)):
+            return True
+    return False
+
+
+def _channels_last_per_image(size, stride) -> bool:
+    """Whether each image of a 4-D tensor is laid out HWC, the images any distance apart
+    (a ViT's patch gradient is a slice of the tokens' gradient, past the class token)."""
+    if len(size) != 4:
+        return False
+    per_image = channels_last_strides(size)
+    return has_strides(size[1:], stride[1:], per_image[1:]) \
+        and not has_strides(size[1:], stride[1:], sym.contiguous_strides(sym.sizes_of(size))[1:])
+
+
+def conv_operands_needed(node) -> tuple:
+    """The positional arguments of a convolution op that its computed outputs read: all of
+    a forward's; a backward's gradient, its input only for the weight's gradient and its
+    weight only for the input's gradient (Inductor's lowering makes the same cut)."""
+    args = CONV_ARGS[node.target]
+    if node.target is not aten.convolution_backward.default:
+        return (*args.feature_maps, args.weight)
+    mask = node.args[10]
+    return (0,) + ((1,) if mask[1] else ()) + ((args.weight,) if mask[0] else ())
 
 
 def _worth_it_on_gpu(gm, convs, is_inference) -> bool:
