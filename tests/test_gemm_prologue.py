@@ -302,6 +302,27 @@ def test_choice_runs_the_real_kernels(device, monkeypatch, tmp_path):
     assert metrics.generated_kernel_count in (1, 2, 3)
 
 
+def test_prologue_that_fails_to_run_is_unfused(device, monkeypatch, tmp_path, caplog):
+    """A kernel of the choice that fails to run (a compile error, too much shared memory):
+    the producer runs as its own kernel, nothing is cached, and the results equal eager."""
+    if not has_template(device):
+        pytest.skip("no GEMM template on this column")
+    from tritonfuse.runtime import autotuner
+    m, k, n = shape(device)
+    x, w = rand(m, k, device=device), rand(k, n, device=device)
+    measured(monkeypatch, tmp_path, template_ms=0.5, aten_ms=0.7, round_trip_ms=0.5)
+
+    def fails(fn, *args, **kwargs):
+        raise RuntimeError("out of resources")
+    monkeypatch.setattr(autotuner, "benchmark", fails)
+    with caplog.at_level(logging.INFO, logger="tritonfuse"):
+        sources = check(lambda x, w: (x * 2) @ w, x, w, **tol(torch.float32, k))
+    assert "prologue unfused: a kernel of the choice failed to run" in caplog.text
+    assert len(template_kernels()) == 1 and metrics.generated_kernel_count == 2
+    assert "a_ptrs" in template_source(sources)
+    assert not [e for e in autotune_cache.AutotuneCache().entries() if e.get("kind") == "gemm prologue"]
+
+
 def test_prologue_pipeline_fits_shared_memory(device, monkeypatch):
     """The producer's inputs are staged in shared memory at their own width: where the
     chosen tile's pipeline would not fit, its stages are cut down, and where not even two

@@ -268,8 +268,6 @@ def _settle_prologues(scheduling, group, internal, env, epilogue_fused, output_s
         choice = _measure_prologues(scheduling, group, internal, env, config, matmul_ms)
         if choice.keep:
             return group, internal, config
-        if choice.why:     # (measured choices are logged by the choice step)
-            log.info("tritonfuse: %s: prologue %s", template.origins[0], choice)
     group, internal = _split_off_prologues(scheduling, group, internal)
     return group, internal, template.config
 
@@ -278,7 +276,7 @@ def _measure_prologues(scheduling, group, internal, env, config, matmul_ms):
     """The PrologueChoice of ``group``: its template with the prologues and a plain store
     (the kernel the graph would run, less its epilogue) against the producers' own kernels
     (the ones _split_off_prologues generates) plus ``matmul_ms``."""
-    from .gemm_choice import PROLOGUE_KERNEL_NAME, ZERO_DIVISION, KernelRun, PrologueChoice
+    from .gemm_choice import PROLOGUE_KERNEL_NAME, ZERO_DIVISION, KernelRun
     template = group.template.buffer.data
     producers = sorted((n for n in group.nodes if n.name in group.prologue), key=lambda n: n.position)
     plain = [group.template] + producers
@@ -292,7 +290,7 @@ def _measure_prologues(scheduling, group, internal, env, config, matmul_ms):
         loops = scheduling.loops_kernel(_alone(group, producer), internal - {producer.name}, in_place={})
         definition = loops.definition
         if definition.numels is None or not all(arg.isdigit() for arg in loops.scalar_args):
-            return PrologueChoice(False, why="a producer of symbolic sizes (its kernel is not timed)")
+            return _not_timed(template, "a producer of symbolic sizes (its kernel is not timed)")
         name = f"{PROLOGUE_KERNEL_NAME}_producer{i}"
         runs.append(KernelRun(name, definition.source(name), definition.kind, definition.numels, definition.configs,
                               definition.mutated, tuple(loops.buffers) + (ZERO_DIVISION,) * loops.checks_division,
@@ -301,9 +299,17 @@ def _measure_prologues(scheduling, group, internal, env, config, matmul_ms):
     for name in {name for run in runs for name in run.buffers} - {ZERO_DIVISION}:
         layout = scheduling.graph.name_to_buffer[name].layout
         if not sym.is_static(layout.storage_size()):
-            return PrologueChoice(False, why=f"{name} has a symbolic size")
+            return _not_timed(template, f"{name} has a symbolic size")
         buffers[name] = (sym.to_int(layout.storage_size()), layout.dtype)
     return scheduling.matmul_choice.choose_prologue(template, runs[0], runs[1:], buffers, matmul_ms)
+
+
+def _not_timed(template, why):
+    """The PrologueChoice (unfused) of prologues the choice cannot time, logged."""
+    from .gemm_choice import PrologueChoice
+    choice = PrologueChoice(False, why=why)
+    log.info("tritonfuse: %s: prologue %s", template.origins[0], choice)
+    return choice
 
 
 def _split_off_prologues(scheduling, group, internal):
