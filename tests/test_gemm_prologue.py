@@ -243,7 +243,8 @@ def test_losing_prologues_with_an_epilogue(device, monkeypatch, tmp_path):
     assert "a_ptrs" in kernel and "b_ptrs" in kernel and "erf" in kernel, kernel
     torch._dynamo.reset()
     metrics.reset()
-    _, _, _, calls = prologue_case(device, monkeypatch, tmp_path / "two", fused_ms=1.5, producer_ms=0.3)  # < 0.6 + 1.0
+    # 1.5 ms against 2 * 0.3 + 1.0 (the template, faster than aten's 0.7 plus the GELU kernel's 0.5)
+    prologue_case(device, monkeypatch, tmp_path / "two", fused_ms=1.5, producer_ms=0.3)
     sources = check(lambda x, w: F.gelu((x * 2) @ (w * 0.5)), x, w, **tol(torch.float32, k))
     assert_fused(device, sources, prologues="ab")
 
