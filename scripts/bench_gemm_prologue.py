@@ -7,8 +7,15 @@ and cheap, the template forced (gemm_backends "triton") and chosen against cuBLA
 A prologue wins where the producer's kernel it saves costs more than what it adds to the
 template's k loop (the producer's inputs loaded instead of the operand, its ops repeated
 per tile column/row, the pipeline's stages cut where wider inputs fill shared memory).
+Under "cheap" the compile times exactly that (gemm_choice.PrologueChoice): the template
+computing the producer against the producer's own kernel plus the matmul without it. Each
+compile's choices are printed below its row: the matmul's (template config, template,
+aten, an elementwise pass) and the prologue's (fused or unfused, and the times it saw).
+Every compile starts from an empty autotune cache, so each choice is measured.
 """
 import argparse
+import logging
+import tempfile
 
 import torch
 
@@ -23,6 +30,19 @@ CASES = {
 }
 
 
+class ChoiceLog(logging.Handler):
+    """The max-autotune choice lines a compile logs (matmul and prologue)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        message = record.getMessage()
+        if "max-autotune" in message or "prologue" in message:
+            self.lines.append(message.removeprefix("tritonfuse: "))
+
+
 def main():
     import triton.testing
 
@@ -32,6 +52,10 @@ def main():
     parser.add_argument("--shapes", default="4096x4096x4096,8192x1024x4096", help="MxNxK,...")
     args = parser.parse_args()
     config.max_autotune = True
+    choices = ChoiceLog()
+    logger = logging.getLogger("tritonfuse")
+    logger.addHandler(choices)
+    logger.setLevel(logging.INFO)
     for shape in args.shapes.split(","):
         m, n, k = (int(v) for v in shape.split("x"))
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -40,16 +64,21 @@ def main():
             w = torch.randn(k, n, device="cuda", dtype=w_dtype) / k ** 0.5
             expected = fn(x, w, s)
             row = [f"{shape} {name:28}", f"eager {triton.testing.do_bench(lambda: fn(x, w, s)):.3f}"]
+            seen = []
             for backends in ("triton", "aten,triton"):
                 for mode in ("off", "cheap"):
                     torch._dynamo.reset()
                     config.gemm_backends, config.gemm_prologue_fusion = backends, mode
+                    config.autotune_cache_dir = tempfile.mkdtemp(prefix="bench_gemm_prologue_")
                     tritonfuse.metrics.reset()
+                    choices.lines.clear()
                     compiled = torch.compile(fn, backend="tritonfuse")
                     torch.testing.assert_close(compiled(x, w, s), expected, atol=5e-2, rtol=5e-2)
                     ms = triton.testing.do_bench(lambda: compiled(x, w, s))
                     row.append(f"{backends}/{mode} {ms:.3f} ({tritonfuse.metrics.generated_kernel_count}k)")
+                    seen += [f"    {backends}/{mode}: {line}" for line in choices.lines]
             print(" | ".join(row), flush=True)
+            print("\n".join(seen), flush=True)
 
 
 if __name__ == "__main__":

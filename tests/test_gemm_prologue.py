@@ -6,11 +6,15 @@ Columns as in test_gemm_template.py: the template runs on triton-interpret (smal
 bfloat16 matmuls fall back there) and cuda; the cpu column keeps matmuls on aten, and
 every test still compares with eager there.
 """
+import logging
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+import autotune_cache
 from tritonfuse import config, metrics
+from tritonfuse.codegen.triton import gemm_choice
 
 from common import check, rand
 from test_gemm_template import has_template, max_autotune, measured, shape, template_kernels, tol  # noqa: F401
@@ -157,25 +161,167 @@ def test_option_off_and_op_cost(device, monkeypatch):
             assert metrics.generated_kernel_count == (1 if fused else 2), (mode, metrics.generated_kernels)
 
 
-def test_choice_counts_the_producers_saved(device, monkeypatch, tmp_path):
-    """The template (1.0 ms) is slower than aten (0.7 ms); an elementwise pass over the
-    output takes 0.5 ms. One prologue over a [m, k] operand saves a pass over m*k elements
-    (not enough): aten runs after the producer's own kernel. Prologues on both operands
-    save more than the difference: the template runs, one kernel."""
+# ---- the choice: the fused kernel timed against its producers' kernels plus the matmul ----
+
+def timed_prologues(monkeypatch, fused_ms, producer_ms):
+    """The prologue choice times its kernels as ``fused_ms`` (the template computing the
+    prologues) and ``producer_ms`` (each producer's own kernel); returns the list of the
+    kernel runs it was given, one list per choice."""
+    calls = []
+
+    def time_runs(self, runs, buffers, device):
+        calls.append(runs)
+        for run in runs:      # every buffer a run takes is described
+            assert set(run.buffers) - {gemm_choice.ZERO_DIVISION} <= set(buffers), (run.buffers, buffers)
+        return [fused_ms] + [producer_ms] * (len(runs) - 1)
+    monkeypatch.setattr(gemm_choice.MatmulChoice, "_time_runs", time_runs)
+    return calls
+
+
+def prologue_case(device, monkeypatch, cache_dir, fused_ms, producer_ms, template_ms=1.0):
+    """(x, w, k, the choice's kernel runs) for a matmul of [m, k] @ [k, n] whose choice saw
+    template_ms against aten's 0.7 ms (an elementwise pass 0.5) and times its prologue
+    kernels as timed_prologues does; skipped where the column has no template."""
+    if not has_template(device):
+        pytest.skip("no GEMM template on this column")
+    m, k, n = shape(device)
+    measured(monkeypatch, cache_dir, template_ms=template_ms, aten_ms=0.7, round_trip_ms=0.5)
+    calls = timed_prologues(monkeypatch, fused_ms=fused_ms, producer_ms=producer_ms)
+    return rand(m, k, device=device), rand(k, n, device=device), k, calls
+
+
+def test_choice_times_the_fused_kernel(device, monkeypatch, tmp_path, caplog):
+    """The template (1.0 ms) is slower than aten (0.7 ms); the template computing x * 2 in
+    its loads (0.8 ms) beats the producer's kernel (0.2 ms) plus aten: it runs, one kernel.
+    What the choice timed is that template (its prologue, its config) and the producer's
+    own kernel."""
+    x, w, k, calls = prologue_case(device, monkeypatch, tmp_path, fused_ms=0.8, producer_ms=0.2)
+    with caplog.at_level(logging.INFO, logger="tritonfuse"):
+        sources = check(lambda x, w: (x * 2) @ w, x, w, **tol(torch.float32, k))
+    assert_fused(device, sources, prologues="a")
+    (runs,) = calls
+    fused, producer = runs
+    assert fused.kind == "template" and fused.name == gemm_choice.PROLOGUE_KERNEL_NAME
+    assert "tl.dot(" in fused.source and "a_tmp0" in fused.source and "a_ptrs" not in fused.source
+    (config_used,) = fused.configs      # the config the graph's template kernel launches with
+    assert f"Config.from_dict({config_used.to_dict()!r})" in sources[0], sources[0]
+    assert producer.kind.startswith("pointwise") and "tl.dot(" not in producer.source and "* 2.0" in producer.source
+    assert "prologue fused: the template computing it in its loads 0.8000 ms against its producers' kernels " \
+           "0.2000 ms + the matmul without it 0.7000 ms" in caplog.text
+
+
+@pytest.mark.parametrize("faster", ["aten", "template"])
+def test_losing_prologue_is_unfused(device, monkeypatch, tmp_path, faster):
+    """The template computing x * 2 (1.5 ms) loses to the producer's kernel (0.2 ms) plus
+    the matmul: the producer runs as its own kernel, and the matmul is chosen as without a
+    prologue: aten where it is faster (0.7 ms against the template's 1.0), the template
+    loading the producer's output where that is (0.6 against 0.7)."""
+    x, w, k, calls = prologue_case(device, monkeypatch, tmp_path, fused_ms=1.5, producer_ms=0.2,
+                                   template_ms=1.0 if faster == "aten" else 0.6)
+    sources = check(lambda x, w: (x * 2) @ w, x, w, **tol(torch.float32, k))
+    assert len(calls) == 1
+    if faster == "aten":
+        assert template_kernels() == [] and metrics.generated_kernel_count == 1
+        assert "aten was faster" in metrics.fallbacks["aten.mm.default"] and "torch.mm(" in sources[0]
+    else:
+        assert len(template_kernels()) == 1 and metrics.generated_kernel_count == 2
+        kernel = template_source(sources)
+        assert "a_tmp0" not in kernel and "a_ptrs" in kernel, kernel
+
+
+def test_losing_prologues_with_an_epilogue(device, monkeypatch, tmp_path):
+    """Both operands' producers (0.3 ms each) plus the matmul with its GELU (aten 0.7 and an
+    epilogue kernel 0.5, against the template's 1.0) beat the fused template (1.7 ms): two
+    producer kernels, then the template with GELU in its store. At 1.5 ms the fused
+    template wins: one kernel. Results as eager both times."""
+    x, w, k, calls = prologue_case(device, monkeypatch, tmp_path / "one", fused_ms=1.7, producer_ms=0.3)
+    sources = check(lambda x, w: F.gelu((x * 2) @ (w * 0.5)), x, w, **tol(torch.float32, k))
+    (runs,) = calls
+    assert len(runs) == 3      # the fused template, then each producer's kernel
+    assert len(template_kernels()) == 1 and metrics.generated_kernel_count == 3
+    kernel = template_source(sources)
+    assert "a_ptrs" in kernel and "b_ptrs" in kernel and "erf" in kernel, kernel
+    torch._dynamo.reset()
+    metrics.reset()
+    # 1.5 ms against 2 * 0.3 + 1.0 (the template, faster than aten's 0.7 plus the GELU kernel's 0.5)
+    prologue_case(device, monkeypatch, tmp_path / "two", fused_ms=1.5, producer_ms=0.3)
+    sources = check(lambda x, w: F.gelu((x * 2) @ (w * 0.5)), x, w, **tol(torch.float32, k))
+    assert_fused(device, sources, prologues="ab")
+
+
+def test_prologue_decision_is_cached(device, monkeypatch, tmp_path, caplog):
+    """The decision and its times are stored in the autotune cache, keyed by the prologue:
+    a second compile of the same graph times nothing and decides the same; another
+    prologue on the same matmul is timed anew."""
+    x, w, k, calls = prologue_case(device, monkeypatch, tmp_path, fused_ms=1.5, producer_ms=0.2)
+    check(lambda x, w: (x * 2) @ w, x, w, **tol(torch.float32, k))
+    assert len(calls) == 1 and template_kernels() == []
+    (entry,) = [e for e in autotune_cache.AutotuneCache().entries() if e.get("kind") == "gemm prologue"]
+    assert entry["prologue"] == "unfused"
+    assert entry["timings_ms"] == {gemm_choice.FUSED: 1.5, gemm_choice.PRODUCERS: 0.2, gemm_choice.MATMUL: 0.7}
+
+    def must_not_time(self, runs, buffers, device):
+        raise AssertionError("timed again")
+    monkeypatch.setattr(gemm_choice.MatmulChoice, "_time_runs", must_not_time)
+    for _ in range(2):     # the matmul's choice and its prologue's, both from the cache
+        torch._dynamo.reset()
+        metrics.reset()
+        with caplog.at_level(logging.INFO, logger="tritonfuse"):
+            check(lambda x, w: (x * 2) @ w, x, w, **tol(torch.float32, k))
+        assert template_kernels() == [] and metrics.generated_kernel_count == 1
+        assert "prologue unfused" in caplog.text and "from the autotune cache" in caplog.text
+    torch._dynamo.reset()
+    metrics.reset()
+    calls = timed_prologues(monkeypatch, fused_ms=0.1, producer_ms=0.2)
+    sources = check(lambda x, w: (x * 3 + 1) @ w, x, w, **tol(torch.float32, k))
+    assert len(calls) == 1
+    assert_fused(device, sources, prologues="a")
+
+
+def test_choice_runs_the_real_kernels(device, monkeypatch, tmp_path):
+    """Nothing faked but the matmul's own timings: the fused template and the producers'
+    kernels run (under the interpreter here), once each, and whichever way the choice
+    goes, the results equal eager."""
     if not has_template(device):
         pytest.skip("no GEMM template on this column")
     m, k, n = shape(device)
     x, w = rand(m, k, device=device), rand(k, n, device=device)
-    measured(monkeypatch, tmp_path / "one", template_ms=1.0, aten_ms=0.7, round_trip_ms=0.5)
-    sources = check(lambda x, w: (x * 2) @ w, x, w, **tol(torch.float32, k))
-    assert template_kernels() == [] and metrics.generated_kernel_count == 1
-    assert "aten was faster" in metrics.fallbacks["aten.mm.default"]
-    assert "torch.mm(" in sources[0]
-    torch._dynamo.reset()
-    metrics.reset()
-    measured(monkeypatch, tmp_path / "two", template_ms=1.0, aten_ms=0.7, round_trip_ms=0.5)
-    sources = check(lambda x, w: (x * 2) @ (w * 3), x, w, **tol(torch.float32, k))
-    assert_fused(device, sources, prologues="ab")
+    measured(monkeypatch, tmp_path, template_ms=1.0, aten_ms=0.7, round_trip_ms=0.5)
+    timed = []
+    real = gemm_choice.MatmulChoice._time_runs
+
+    def time_runs(self, runs, buffers, device):
+        times = real(self, runs, buffers, device)
+        timed.append(([run.name for run in runs], times))
+        return times
+    monkeypatch.setattr(gemm_choice.MatmulChoice, "_time_runs", time_runs)
+    check(lambda x, w: (x * 2) @ (w.to(torch.float16).float()), x, w, **tol(torch.float16, k))
+    ((names, times),) = timed
+    assert names == [gemm_choice.PROLOGUE_KERNEL_NAME] + \
+        [f"{gemm_choice.PROLOGUE_KERNEL_NAME}_producer{i}" for i in range(2)], names
+    assert times is not None and all(ms > 0 for ms in times), times
+    assert metrics.generated_kernel_count in (1, 2, 3)
+
+
+def test_prologue_that_fails_to_run_is_unfused(device, monkeypatch, tmp_path, caplog):
+    """A kernel of the choice that fails to run (a compile error, too much shared memory):
+    the producer runs as its own kernel, nothing is cached, and the results equal eager."""
+    if not has_template(device):
+        pytest.skip("no GEMM template on this column")
+    from tritonfuse.runtime import autotuner
+    m, k, n = shape(device)
+    x, w = rand(m, k, device=device), rand(k, n, device=device)
+    measured(monkeypatch, tmp_path, template_ms=0.5, aten_ms=0.7, round_trip_ms=0.5)
+
+    def fails(fn, *args, **kwargs):
+        raise RuntimeError("out of resources")
+    monkeypatch.setattr(autotuner, "benchmark", fails)
+    with caplog.at_level(logging.INFO, logger="tritonfuse"):
+        sources = check(lambda x, w: (x * 2) @ w, x, w, **tol(torch.float32, k))
+    assert "prologue unfused: a kernel of the choice failed to run" in caplog.text
+    assert len(template_kernels()) == 1 and metrics.generated_kernel_count == 2
+    assert "a_ptrs" in template_source(sources)
+    assert not [e for e in autotune_cache.AutotuneCache().entries() if e.get("kind") == "gemm prologue"]
 
 
 def test_prologue_pipeline_fits_shared_memory(device, monkeypatch):

@@ -12,6 +12,11 @@ compile of the same matmul, in any process, benchmarks nothing. ``config.gemm_ba
 says whether aten may win. Nothing is benchmarked under ``config.autotune == "none"``,
 nor under Triton's interpreter (its timings mean nothing; unless
 ``config.autotune_under_interpreter``): the template's heuristic config is used.
+
+Prologues (config.gemm_prologue_fusion) are decided after scheduling too, by timing the
+kernel they change: the template computing the producers in its loads against the
+producers' own kernels plus the matmul without them (``choose_prologue``,
+``PrologueChoice``); the plain template's time cannot say what they add to its k loop.
 """
 import functools
 import logging
@@ -32,6 +37,12 @@ log = logging.getLogger("tritonfuse")
 # sources (and autotune cache keys) whatever graph they come from.
 PLAIN_KERNEL_NAME = "triton_tem_mm"
 ROUND_TRIP = "round trip"      # the timing of one elementwise pass over the output
+# The prologue choice's kernel and the names of what it compares (PrologueChoice).
+PROLOGUE_KERNEL_NAME = "triton_tem_mm_prologue"
+FUSED = "template with prologue"
+PRODUCERS = "producer kernels"
+MATMUL = "matmul without prologue"
+ZERO_DIVISION = "zero_division"   # a kernel run's int32 flag of an integer division by zero
 
 
 @dataclass(frozen=True)
@@ -58,28 +69,81 @@ class MatmulTimings:
     round_trip_ms: Optional[float] = None
     cached: bool = False
 
-    def prefers_template(self, epilogue: bool, output_stored: bool, prologue_share: float = 0.0) -> bool:
+    def prefers_template(self, epilogue: bool, output_stored: bool) -> bool:
         """Whether the template beats aten followed (with an epilogue) by the epilogue's own
         kernel. Fusing saves that kernel's round trip over the product, or only its read
-        of it when the product is stored anyway (another kernel reads it).
-
-        Prologues (``prologue_share``: the operand elements computed in the template per
-        output element) save their producers' kernels, which aten needs first: about an
-        elementwise pass over that many elements, the round trip scaled by the share. The
-        template timed is the plain one: what a prologue adds inside it (the producer's
-        inputs loaded instead of the operand, its ops repeated once per tile column or row)
-        is not measured, which is why config.gemm_prologue_fusion is off until a GPU says."""
+        of it when the product is stored anyway (another kernel reads it)."""
         if self.template_ms is None or self.aten_ms is None:
             return True
+        return self.template_ms < self.aten_ms + self._epilogue_saved(epilogue, output_stored)
+
+    def matmul_ms(self, epilogue: bool, output_stored: bool) -> Optional[float]:
+        """The matmul as ``prefers_template`` runs it (None: not measured): the template's
+        time, or aten's plus the epilogue kernel that the template would have saved. An
+        epilogue fused into the template counts as free, as in the plain template timed."""
+        if self.template_ms is None or self.aten_ms is None:
+            return self.template_ms
+        return min(self.template_ms, self.aten_ms + self._epilogue_saved(epilogue, output_stored))
+
+    def _epilogue_saved(self, epilogue, output_stored) -> float:
         round_trip = self.round_trip_ms or 0.0
-        saved = 0.0 if not epilogue else round_trip / (2 if output_stored else 1)
-        return self.template_ms < self.aten_ms + saved + round_trip * prologue_share
+        return 0.0 if not epilogue else round_trip / (2 if output_stored else 1)
 
     def __str__(self):
         if self.template_ms is None:
             return "not benchmarked"
         return (f"template {_ms(self.template_ms)}, aten {_ms(self.aten_ms)}, an elementwise pass over the "
                 f"output {_ms(self.round_trip_ms)}" + (", from the autotune cache" if self.cached else ""))
+
+
+@dataclass(frozen=True)
+class KernelRun:
+    """One kernel that the prologue choice times: what its launcher is made of, the
+    buffers its run takes (by name, in signature order; ZERO_DIVISION: an int32 flag),
+    then its integer arguments."""
+    name: str
+    source: str
+    kind: str
+    numels: dict
+    configs: tuple
+    mutated: tuple
+    buffers: tuple
+    scalars: tuple = ()
+
+
+@dataclass(frozen=True)
+class PrologueChoice:
+    """Whether a template keeps the prologues that the scheduler fused into it, and the
+    times (ms; None: not measured) that decided it:
+
+        fused_ms                 the template computing the producers in its operand loads
+                                 (the kernel the graph runs, storing its output plainly as the
+                                 template timed by ``choose`` does: the epilogue counts in
+                                 neither)
+        producers_ms + matmul_ms the producers' own kernels (the operands written to memory),
+                                 then the matmul without prologues as the choice runs it
+                                 (``MatmulTimings.matmul_ms``: template, or aten plus the
+                                 epilogue kernel)
+
+    kept where fused_ms is the smaller; ``why``: a reason given instead of times."""
+    keep: bool
+    fused_ms: Optional[float] = None
+    producers_ms: Optional[float] = None
+    matmul_ms: Optional[float] = None
+    cached: bool = False
+    why: str = ""
+
+    @staticmethod
+    def compare(fused_ms, producers_ms, matmul_ms, cached=False) -> "PrologueChoice":
+        return PrologueChoice(fused_ms < producers_ms + matmul_ms, fused_ms, producers_ms, matmul_ms, cached)
+
+    def __str__(self):
+        verdict = "fused" if self.keep else "unfused"
+        if self.fused_ms is None:
+            return f"{verdict}: {self.why}"
+        return (f"{verdict}: the template computing it in its loads {_ms(self.fused_ms)} against its producers' "
+                f"kernels {_ms(self.producers_ms)} + the matmul without it {_ms(self.matmul_ms)}"
+                + (", from the autotune cache" if self.cached else ""))
 
 
 class MatmulChoice:
@@ -182,13 +246,82 @@ class MatmulChoice:
 
     def _store(self, cache, key, source, template, best, timings, choices, device, versions):
         import autotune_cache
-        entry = {"kernel_name": f"mm {_shape(template)}", "config": best.to_dict(), "device": device,
-                 "versions": versions, "timings_ms": timings, "source_sha256": autotune_cache.source_hash(source),
-                 "candidates": [c.to_dict() for c in choices], "kind": "gemm"}
+        self._put(cache, key, {"kernel_name": f"mm {_shape(template)}", "config": best.to_dict(), "device": device,
+                               "versions": versions, "timings_ms": timings,
+                               "source_sha256": autotune_cache.source_hash(source),
+                               "candidates": [c.to_dict() for c in choices], "kind": "gemm"})
+
+    @staticmethod
+    def _put(cache, key, entry):
         try:
             cache.put(key, entry)
         except OSError as error:
             log.warning("tritonfuse: could not write the autotune cache: %s", error)
+
+    # ---- prologues ----------------------------------------------------------------------
+    def choose_prologue(self, template, fused, producers, buffers, matmul_ms) -> PrologueChoice:
+        """Whether ``template`` keeps its prologues: the ``fused`` KernelRun (the template
+        computing them) timed against the ``producers`` KernelRuns plus ``matmul_ms``
+        (PrologueChoice says what is compared). ``buffers``: {name: (elements of storage,
+        dtype)} of every buffer the runs take. The decision and its times go into the
+        autotune cache, keyed by the kernels' sources (so by the prologues), the fused
+        kernel's config and the matmul's time without them: a matmul measured again
+        measures its prologues again."""
+        import autotune_cache
+        device, versions = self._device_name(template.device), autotune_cache.current_versions()
+        source = "\n".join([fused.source] + [run.source for run in producers])
+        candidates = [fused.configs[0].to_dict(), {MATMUL: matmul_ms}]
+        key = autotune_cache.make_key(source, candidates, device, versions)
+        cache = autotune_cache.AutotuneCache()
+        entry = cache.get(key)
+        if entry is not None and entry.get("prologue") in ("fused", "unfused") and \
+                {FUSED, PRODUCERS} <= set(entry["timings_ms"]):
+            autotuner.stats.cache_hits += 1
+            timings = entry["timings_ms"]
+            choice = PrologueChoice(entry["prologue"] == "fused", timings[FUSED], timings[PRODUCERS], matmul_ms,
+                                    cached=True)
+        else:
+            times = self._time_runs([fused] + list(producers), buffers, template.device)
+            if times is None:
+                choice = PrologueChoice(False, why="a kernel of the choice failed to run")
+            else:
+                autotuner.stats.tuned += 1
+                choice = PrologueChoice.compare(times[0], sum(times[1:]), matmul_ms)
+                self._put(cache, key, {
+                    "kernel_name": f"mm {_shape(template)} prologue", "config": candidates[0], "device": device,
+                    "versions": versions, "source_sha256": autotune_cache.source_hash(source),
+                    "candidates": candidates, "kind": "gemm prologue",
+                    "prologue": "fused" if choice.keep else "unfused",
+                    "timings_ms": {FUSED: choice.fused_ms, PRODUCERS: choice.producers_ms, MATMUL: matmul_ms}})
+        log.info("tritonfuse: max-autotune: mm %s: prologue %s", _shape(template), choice)
+        return choice
+
+    def _time_runs(self, runs, buffers, device):
+        """[ms of each of ``runs``] on random buffers (outside the compile's fake-tensor
+        mode), or None where one fails to run."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        from ...runtime.triton_launcher import TritonLauncher
+        with unset_fake_temporarily():
+            storages = {name: _random_storage(numel, dtype, device) for name, (numel, dtype) in buffers.items()}
+            storages[ZERO_DIVISION] = torch.zeros(1, dtype=torch.int32, device=device)
+            times = []
+            for run in runs:
+                tensors = [storages[name] for name in run.buffers]
+                compiled = {}
+                if self.device_type == "cuda":
+                    compiled = dict(pointer_dtypes=tuple(t.dtype for t in tensors), device_index=_index(device),
+                                    example_scalars=run.scalars)
+                launcher = TritonLauncher(run.name, run.source, run.kind, run.numels, run.mutated, self.device_type,
+                                          configs=list(run.configs), **compiled)
+                launch = functools.partial(launcher.run, *tensors, *run.scalars)
+                try:
+                    launch()     # compiles it (and picks a producer kernel's launch config)
+                    times.append(autotuner.benchmark(launch, device_type=device.type))
+                except Exception as error:    # a compile or launch failure: the choice cannot run it
+                    log.warning("tritonfuse: the prologue choice could not run %s: %s", run.name, error)
+                    return None
+            return times
 
     # ---- the device ---------------------------------------------------------------------
     def _min_programs(self, device) -> int:
@@ -241,6 +374,16 @@ def _random_operands(template, output_layout):
     out = torch.empty_strided(_ints(output_layout.size), _ints(output_layout.stride), dtype=template.dtype,
                               device=template.device)
     return list(storages.values()), views, out
+
+
+def _random_storage(numel, dtype, device):
+    """A flat buffer of ``numel`` random elements of ``dtype`` (small integers, or bools)."""
+    if dtype == torch.bool:
+        return torch.rand(numel, device=device) < 0.5
+    if dtype.is_floating_point or dtype.is_complex:
+        return torch.randn(numel, device=device).to(dtype)
+    low = 0 if dtype == torch.uint8 else -8
+    return torch.randint(low, 8, (numel,), device=device, dtype=dtype)
 
 
 def _ints(values):

@@ -12,6 +12,7 @@ Sizes and strides are static: they are printed into the source, so Triton knows 
 operand dims are contiguous and which sizes divide the blocks.
 """
 import dataclasses
+import logging
 
 import sympy
 import torch
@@ -19,11 +20,12 @@ import torch
 from ... import metrics, sym
 from ...dependencies import coarsening_groups, plan_and_deps
 from ...virtualized import set_ops_handler
-from ..common import KERNEL_NAME_PLACEHOLDER, CSEVariable
+from ..common import KERNEL_NAME_PLACEHOLDER, CSEVariable, name_kernel
 from .gemm_prologue import prologue_config, render_prologues
 from .kernel import TritonKernel, texpr
 
 aten = torch.ops.aten
+log = logging.getLogger("tritonfuse")
 
 BLOCK_NAMES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
 # The output tile's coordinates in the template: rows, columns, batch (grid axis 1).
@@ -190,35 +192,23 @@ def codegen_template(scheduling, group, internal, env) -> None:
     from .scheduling import TritonKernelDefinition
     node = group.template
     template = node.buffer.data
-    config = template.config
-    if group.prologue:
-        config = prologue_config(group, scheduling.graph, scheduling.matmul_choice.shared_memory(template.device))
-        if config is None:     # the producers' wider inputs fit no pipeline of the chosen tile
-            group, internal = _split_off_prologues(scheduling, group, internal)
-            config = template.config
     epilogue = [n for n in group.nodes if n is not node and n.name not in group.prologue]
     # an addmm's bias alone is no epilogue that fusing saves: aten.addmm adds it too
     fused = bool(epilogue) and _addmm_bias_node(group) is None
-    if not template.timings.prefers_template(fused, output_stored=node.name not in internal,
-                                             prologue_share=_prologue_share(group)):
+    output_stored = node.name not in internal
+    config = template.config
+    if group.prologue:
+        group, internal, config = _settle_prologues(scheduling, group, internal, env, fused, output_stored)
+    # kept prologues were measured against aten too (PrologueChoice), or nothing was measured
+    if not group.prologue and not template.timings.prefers_template(fused, output_stored):
         _codegen_on_aten(scheduling, group, internal)
         return
     wrapper = scheduling.wrapper
-    kernel = TemplateEpilogueKernel(group, internal, scheduling.graph, scheduling.ops_table,
-                                    report_zero_division=scheduling.reports_zero_division,
-                                    in_place=wrapper.memory_plan.in_place_outputs(group.names))
-    prologues = render_prologues(kernel, group)
-    kernel.generate()
+    source, kernel = render_template_kernel(scheduling, group, internal, env,
+                                            in_place=wrapper.memory_plan.in_place_outputs(group.names),
+                                            report_zero_division=scheduling.reports_zero_division)
     call_order = kernel.args.call_order()
-    params = {buffer: param for param, buffer in call_order}
     flag = ["zero_division_ptr"] if kernel.checks_division else []
-    # rendered unnamed: equal matmuls with equal epilogues share one definition
-    source = render_matmul(
-        env, KERNEL_NAME_PLACEHOLDER, template, params, block_signature([param for param, _ in call_order] + flag),
-        kernel.body_lines().getvalue(), needs_xmask=kernel.needs_xmask, int64=kernel.use_int64,
-        origins=", ".join(group.origins), reads=", ".join(kernel.args.inputs) or "-",
-        writes=", ".join(list(kernel.args.in_outs) + list(kernel.args.outputs)) or "-",
-        use_libdevice=scheduling.use_libdevice, prologues=prologues)
     pointer_dtypes = tuple(scheduling.graph.get_dtype(buffer) for _, buffer in call_order) + (torch.int32,) * len(flag)
     definition = TritonKernelDefinition(
         prefix="triton_tem", origins=tuple(group.origins), template=source, kind="template",
@@ -238,15 +228,88 @@ def codegen_template(scheduling, group, internal, env) -> None:
     metrics.record_kernel(name)
 
 
-def _prologue_share(group) -> float:
-    """The elements of the operands that ``group``'s prologues compute, per output element:
-    what scales an elementwise pass over the output to the producers' kernels that the
-    prologues save (gemm_choice.MatmulTimings)."""
+def render_template_kernel(scheduling, group, internal, env, in_place, report_zero_division):
+    """(the source of ``group``'s template kernel, named KERNEL_NAME_PLACEHOLDER; the
+    TemplateEpilogueKernel that generated its body, whose arguments are the signature's)."""
     template = group.template.buffer.data
-    computed = sum(sym.to_int(view.layout.numel()) for view, name in zip((template.a, template.b),
-                                                                         template.operand_names)
-                   if name in group.prologue)
-    return computed / (template.batch * template.m * template.n)
+    kernel = TemplateEpilogueKernel(group, internal, scheduling.graph, scheduling.ops_table,
+                                    report_zero_division=report_zero_division, in_place=in_place)
+    prologues = render_prologues(kernel, group)
+    kernel.generate()
+    call_order = kernel.args.call_order()
+    params = {buffer: param for param, buffer in call_order}
+    flag = ["zero_division_ptr"] if kernel.checks_division else []
+    # rendered unnamed: equal matmuls with equal epilogues share one definition
+    source = render_matmul(
+        env, KERNEL_NAME_PLACEHOLDER, template, params, block_signature([param for param, _ in call_order] + flag),
+        kernel.body_lines().getvalue(), needs_xmask=kernel.needs_xmask, int64=kernel.use_int64,
+        origins=", ".join(group.origins), reads=", ".join(kernel.args.inputs) or "-",
+        writes=", ".join(list(kernel.args.in_outs) + list(kernel.args.outputs)) or "-",
+        use_libdevice=scheduling.use_libdevice, prologues=prologues)
+    return source, kernel
+
+
+def _settle_prologues(scheduling, group, internal, env, epilogue_fused, output_stored):
+    """(group, internal buffers, config): ``group`` with its prologues and a config whose
+    pipeline they fit, where one fits and, when the matmul's choice was measured, the
+    template computing them ran faster than their own kernels plus the matmul without them
+    (PrologueChoice); else the group with its producers split off as kernels of their own,
+    and the template's config. Nothing measured (config.autotune "none", the interpreter):
+    the prologues stay."""
+    template = group.template.buffer.data
+    config = prologue_config(group, scheduling.graph, scheduling.matmul_choice.shared_memory(template.device))
+    if config is None:
+        log.info("tritonfuse: %s: prologue unfused: the producers' inputs fit no pipeline of the tile %s",
+                 template.origins[0], template.config)
+    else:
+        matmul_ms = template.timings.matmul_ms(epilogue_fused, output_stored)
+        if matmul_ms is None:
+            return group, internal, config
+        choice = _measure_prologues(scheduling, group, internal, env, config, matmul_ms)
+        if choice.keep:
+            return group, internal, config
+    group, internal = _split_off_prologues(scheduling, group, internal)
+    return group, internal, template.config
+
+
+def _measure_prologues(scheduling, group, internal, env, config, matmul_ms):
+    """The PrologueChoice of ``group``: its template with the prologues and a plain store
+    (the kernel the graph would run, less its epilogue) against the producers' own kernels
+    (the ones _split_off_prologues generates) plus ``matmul_ms``."""
+    from .gemm_choice import PROLOGUE_KERNEL_NAME, ZERO_DIVISION, KernelRun
+    template = group.template.buffer.data
+    producers = sorted((n for n in group.nodes if n.name in group.prologue), key=lambda n: n.position)
+    plain = [group.template] + producers
+    plain_group = dataclasses.replace(group, nodes=plain, names={n.name for n in plain})
+    source, kernel = render_template_kernel(scheduling, plain_group, internal & group.prologue, env, in_place={},
+                                            report_zero_division=False)
+    runs = [KernelRun(PROLOGUE_KERNEL_NAME, name_kernel(source, PROLOGUE_KERNEL_NAME), "template",
+                      {"b": template.batch, "m": template.m, "n": template.n}, (config,),
+                      tuple(kernel.args.written_positions()), tuple(b for _, b in kernel.args.call_order()))]
+    for i, producer in enumerate(producers):
+        loops = scheduling.loops_kernel(_alone(group, producer), internal - {producer.name}, in_place={})
+        definition = loops.definition
+        if definition.numels is None or not all(arg.isdigit() for arg in loops.scalar_args):
+            return _not_timed(template, "a producer of symbolic sizes (its kernel is not timed)")
+        name = f"{PROLOGUE_KERNEL_NAME}_producer{i}"
+        runs.append(KernelRun(name, definition.source(name), definition.kind, definition.numels, definition.configs,
+                              definition.mutated, tuple(loops.buffers) + (ZERO_DIVISION,) * loops.checks_division,
+                              tuple(int(arg) for arg in loops.scalar_args)))
+    buffers = {}
+    for name in {name for run in runs for name in run.buffers} - {ZERO_DIVISION}:
+        layout = scheduling.graph.name_to_buffer[name].layout
+        if not sym.is_static(layout.storage_size()):
+            return _not_timed(template, f"{name} has a symbolic size")
+        buffers[name] = (sym.to_int(layout.storage_size()), layout.dtype)
+    return scheduling.matmul_choice.choose_prologue(template, runs[0], runs[1:], buffers, matmul_ms)
+
+
+def _not_timed(template, why):
+    """The PrologueChoice (unfused) of prologues the choice cannot time, logged."""
+    from .gemm_choice import PrologueChoice
+    choice = PrologueChoice(False, why=why)
+    log.info("tritonfuse: %s: prologue %s", template.origins[0], choice)
+    return choice
 
 
 def _split_off_prologues(scheduling, group, internal):
@@ -254,12 +317,16 @@ def _split_off_prologues(scheduling, group, internal):
     matmul then loads: (the group without them, its internal buffers)."""
     prologue = [n for n in group.nodes if n.name in group.prologue]
     for producer in sorted(prologue, key=lambda n: n.position):
-        alone = dataclasses.replace(group, nodes=[producer], names={producer.name}, x_numel=sympy.expand(
-            sym.product(producer.x_sizes)), r_numel=sympy.Integer(1), prologue=frozenset())
-        scheduling.codegen_loops(alone, internal - {producer.name})
+        scheduling.codegen_loops(_alone(group, producer), internal - {producer.name})
     rest = [n for n in group.nodes if n.name not in group.prologue]
     return (dataclasses.replace(group, nodes=rest, names={n.name for n in rest}, prologue=frozenset()),
             internal - group.prologue)
+
+
+def _alone(group, producer):
+    """A prologue node of ``group`` as a group of its own (a pointwise kernel)."""
+    return dataclasses.replace(group, nodes=[producer], names={producer.name}, x_numel=sympy.expand(
+        sym.product(producer.x_sizes)), r_numel=sympy.Integer(1), prologue=frozenset())
 
 
 def _addmm_bias_node(group):

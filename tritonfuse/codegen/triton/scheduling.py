@@ -99,6 +99,17 @@ class TritonKernelDefinition:
         return launcher_class(**self.launcher_arguments(name)).precompiled
 
 
+@dataclasses.dataclass(frozen=True)
+class LoopsKernel:
+    """A loop kernel's definition and what its call passes: the buffers (in signature
+    order), then the size and numel arguments as printed; checks_division: a
+    zero_division_ptr follows the buffers."""
+    definition: TritonKernelDefinition
+    buffers: list
+    scalar_args: list
+    checks_division: bool
+
+
 def _module_text(source: str) -> str:
     return source.rstrip() + "\n"
 
@@ -162,6 +173,21 @@ class TritonScheduling(BackendScheduling):
     def codegen_loops(self, group, internal) -> None:
         """The kernel of a group of loop nodes (pointwise, reductions) and its call;
         ``internal``: the buffers that live only inside the kernel."""
+        loops = self.loops_kernel(group, internal)
+        name, new = self.wrapper.define_triton_kernel(loops.definition)
+        if new:   # compiles in the background while the rest of the graph is generated
+            metrics.kernel_dedup_hits += loops.definition.precompile(name)
+        self.wrapper.allocate_outputs(group, internal)
+        if loops.checks_division:
+            self._call_reporting_zero_division(name, loops.buffers, loops.scalar_args)
+        else:
+            self.wrapper.writeline(f"{name}.run({', '.join(loops.buffers + loops.scalar_args)})")
+        metrics.record_kernel(name)
+
+    def loops_kernel(self, group, internal, in_place=None) -> LoopsKernel:
+        """The rendered kernel of a group of loop nodes, not yet defined in the wrapper
+        (the GEMM choice also times a prologue's producer kernel this way: gemm_choice.py).
+        ``in_place``: None asks the wrapper's memory plan."""
         hint = self._reduction_hint(group) if group.r_numel != 1 else None
         kind, numels = self._kind(group, hint)
         static = all(sym.is_static(n) for n in numels.values())
@@ -169,7 +195,8 @@ class TritonScheduling(BackendScheduling):
         configs = candidate_configs(kind, {k: sym.to_int(v) for k, v in numels.items()}, config.autotune,
                                     hint=hint) if static else None
         report = self.reports_zero_division
-        in_place = self.wrapper.memory_plan.in_place_outputs(group.names)
+        if in_place is None:
+            in_place = self.wrapper.memory_plan.in_place_outputs(group.names)
         kernels = {kind: TritonKernel(group, internal, self.graph, self.ops_table, configs, kind, numels,
                                       report_zero_division=report, in_place=in_place)}
         if not static and kind == "reduction":
@@ -198,16 +225,8 @@ class TritonScheduling(BackendScheduling):
             device_type=self.launcher_device, device_index=self._device_index(group.device), hint=hint,
             pointer_dtypes=pointer_dtypes, persistent_template=templates["persistent_reduction"] if len(templates) > 1 else None,
             example_scalars=_example_scalars([symbols[n] for n in size_args] + [numels[a] for a in NUMEL_ARGS[kind]]))
-        name, new = self.wrapper.define_triton_kernel(definition)
-        if new:   # compiles in the background while the rest of the graph is generated
-            metrics.kernel_dedup_hits += definition.precompile(name)
-        buffers = [buffer for _, buffer in call_args]
-        self.wrapper.allocate_outputs(group, internal)
-        if kernel.checks_division:
-            self._call_reporting_zero_division(name, buffers, size_args + numel_args)
-        else:
-            self.wrapper.writeline(f"{name}.run({', '.join(buffers + size_args + numel_args)})")
-        metrics.record_kernel(name)
+        return LoopsKernel(definition, [buffer for _, buffer in call_args], size_args + numel_args,
+                           kernel.checks_division)
 
     def _render(self, name, kind, kernel, group, size_args) -> str:
         numel_names = [f"{axis}numel" for axis in NUMEL_ARGS[kind]]
