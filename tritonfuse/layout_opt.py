@@ -78,8 +78,14 @@ class LayoutPlan:
 def plan_layouts(gm: torch.fx.GraphModule, example_inputs, kind: str) -> LayoutPlan:
     """The layout plan of a graph of kind "forward", "backward" or "inference"."""
     convs = conv2d_nodes(gm)
-    if not convs or not _enabled(gm, example_inputs, kind, convs):
+    if not convs:
         return LayoutPlan()
+    if not _enabled(gm, example_inputs, kind, convs):
+        # only the convolution backwards that eager hands channels_last gradients: nothing
+        # else in the graph (a ViT backward's attention tensors are 4-D too) changes layout
+        given = _given_channels_last_gradients(convs) \
+            if kind == "backward" and config.layout_opt == "auto" and not _symbolic(example_inputs) else ()
+        return LayoutPlan(True, frozenset(given)) if given else LayoutPlan()
     reported, free = None, frozenset()
     if kind == "forward":
         reported, free = _saved_output_slots(gm)
@@ -99,16 +105,19 @@ def conv2d_nodes(gm) -> list:
     return found
 
 
+def _symbolic(example_inputs) -> bool:
+    return any(_is_symbolic(value) for value in example_inputs)
+
+
 def _enabled(gm, example_inputs, kind, convs) -> bool:
-    if any(_is_symbolic(value) for value in example_inputs):
+    if _symbolic(example_inputs):
         # reported strides must be numbers; Inductor also measured regressions (pytorch#102670)
         return False
     if config.layout_opt != "auto":
         return config.layout_opt == "1"
     if kind == "backward":
-        # the forward's decision, made visible: its saved activations arrive channels_last;
-        # or eager's own trace hands a convolution backward a channels_last gradient
-        return _receives_channels_last(gm, example_inputs) or _gets_channels_last_gradients(convs)
+        # the forward's decision, made visible: its saved activations arrive channels_last
+        return _receives_channels_last(gm, example_inputs)
     devices = {_meta(node.args[CONV_ARGS[node.target].weight]).device.type for node in convs}
     if devices == {"cuda"}:
         return _worth_it_on_gpu(gm, convs, is_inference=kind == "inference")
@@ -141,18 +150,19 @@ def _receives_channels_last(gm, example_inputs) -> bool:
 CHANNELS_LAST_GRADIENT_DEVICES = ("cuda",)
 
 
-def _gets_channels_last_gradients(convs) -> bool:
-    """Whether eager's trace gives a convolution backward (on a device of
-    ``CHANNELS_LAST_GRADIENT_DEVICES``, not grouped) a gradient laid out HWC per image: its other
-    operands are then given channels_last too."""
+def _given_channels_last_gradients(convs) -> list:
+    """The convolution backwards (on a device of ``CHANNELS_LAST_GRADIENT_DEVICES``, not
+    grouped) that eager's trace gives a gradient laid out HWC per image: their operands are
+    then given channels_last too."""
+    given = []
     for node in convs:
         if node.target is not aten.convolution_backward.default:
             continue
         grad, weight = _meta(node.args[0]), _meta(node.args[CONV_ARGS[node.target].weight])
         if weight.device.type in CHANNELS_LAST_GRADIENT_DEVICES and grad is not None and grad.dim() == 4 \
                 and _channels_last_per_image(grad.shape, grad.stride()) and not _grouped(_conv_shape(node)):
-            return True
-    return False
+            given.append(node)
+    return given
 
 
 def _channels_last_per_image(size, stride) -> bool:
