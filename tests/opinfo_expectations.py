@@ -85,15 +85,8 @@ PENDING_LOWERINGS: dict = {}
 
 # ---- expected failures: {column: {op: reason}}; "all" applies to every column --------------------
 
-_SCALAR_FROM_A_TENSOR = (
-    "a tensor argument the op reads as a Python int (narrow's start, tensor_split's indices): with Dynamo's "
-    "default capture_scalar_outputs=False, tracing the graph hits aten._local_scalar_dense; the backend hands "
-    "the error back and Dynamo splits the graph there, running the op eagerly between two compiled graphs, as "
-    "it does for Inductor. Compiling it needs sizes and offsets that come from data (unbacked symbols), which "
-    "generated code does not take yet")
-
 EXPECTED_FAILURES = {
-    "all": {"narrow": _SCALAR_FROM_A_TENSOR, "tensor_split": _SCALAR_FROM_A_TENSOR},
+    "all": {},
     "cpu": {},
     "triton-interpret": {},
     "cuda": {},

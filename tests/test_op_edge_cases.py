@@ -119,19 +119,52 @@ def test_linalg_error_check_still_raises(device):
         compiled(torch.zeros(3, 3, device=device))
 
 
-def test_narrow_with_a_tensor_start(device):
-    """The start's value decides the output's storage offset, which aot_autograd cannot
-    trace: the backend hands the error back to Dynamo, which breaks the graph there (as it
-    does for Inductor) rather than tritonfuse running the whole graph eagerly."""
-    def fn(a, s):
-        before = a * 2.0
-        narrowed = torch.narrow(before, 1, s, 2)
-        return narrowed + 1.0
+def _narrow_between_kernels(a, s):
+    before = a * 2.0
+    narrowed = torch.narrow(before, 1, s, 2)
+    return narrowed.sin() + 1.0
 
-    x = rand(5, 5, 5, device=device)
-    start = torch.tensor(2, device=device)
-    out = torch.compile(fn, backend="tritonfuse")(x, start)
-    torch.testing.assert_close(out, fn(x, start))
+
+def _two_tensor_starts(a, s, t):
+    pieces = torch.tensor_split(a.exp(), t, dim=0)     # tensor indices: read as Python ints
+    return torch.narrow(pieces[1] * 3, 1, s, 2).cos(), pieces[0].sum() + 1
+
+
+@pytest.mark.parametrize("fn,extra", [(_narrow_between_kernels, ()), (_two_tensor_starts, ((1, 3),))])
+def test_an_op_that_reads_a_tensors_value_runs_between_compiled_parts(device, fn, extra):
+    """narrow's tensor start (tensor_split's tensor indices) decides the output's storage
+    offset, which aot_autograd cannot trace with fake tensors. With Inductor, Dynamo then
+    runs the whole frame eagerly. tritonfuse splits the graph around the op
+    (split_data_dependent.py): the op runs eagerly, the parts before and after it are
+    compiled at their first call (a part holding a second such op splits again), and
+    gradients flow through all of them. Other values of the start reuse the parts."""
+    x = rand(5, 5, 5, device=device).requires_grad_(True)
+    compiled = torch.compile(fn, backend="tritonfuse")
+    for start in (2, 0, 3):
+        inputs = (x, torch.tensor(start, device=device)) + tuple(torch.tensor(v, device=device) for v in extra)
+        out = compiled(*inputs)
+        grad, = torch.autograd.grad(sum(o.sum() for o in out) if isinstance(out, tuple) else out.sum(), x)
+        expected = fn(*inputs)
+        expected_grad, = torch.autograd.grad(sum(o.sum() for o in expected) if isinstance(expected, tuple)
+                                             else expected.sum(), x)
+        torch.testing.assert_close(out, expected, rtol=2e-5, atol=1e-5)
+        # (exp's gradient reaches ~50: float32 sums in another order)
+        torch.testing.assert_close(grad, expected_grad, rtol=2e-5, atol=1e-5 * expected_grad.abs().max().item())
+    metrics = tritonfuse.metrics
+    assert metrics.eager_graphs == 0
+    assert metrics.generated_kernel_count >= 2    # the parts before and after the op, forward and backward
+
+
+def test_parts_around_such_an_op_follow_new_shapes(device):
+    """The compiled parts have no guards of their own: under a symbolic frame (and where the
+    op's result changes size with the start) each new shape of a part's inputs compiles it
+    again, never a call with sizes it was not compiled for."""
+    def fn(a, s):
+        return torch.narrow(a * 2.0, 0, s, a.shape[0] - 2).sin() + 1.0
+    compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
+    for n, start in ((5, 1), (7, 2), (9, 0)):
+        x, s = rand(n, 3, device=device), torch.tensor(start, device=device)
+        torch.testing.assert_close(compiled(x, s), fn(x, s))
     assert tritonfuse.metrics.eager_graphs == 0
 
 

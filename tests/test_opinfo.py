@@ -47,7 +47,8 @@ FAST_SAMPLE = [
     ("sum", (f32, bf16, i64)), ("amax", (f32,)), ("argmax", (f32,)), ("var_mean", (f32,)), ("any", (b8,)),
     ("logsumexp", (f32,)), ("masked.var", (f32,)), ("cumsum", (bf16,)),
     # views
-    ("transpose", (f32,)), ("squeeze", (f32,)), ("expand", (f32,)), ("narrow", (f32,)), ("as_strided", (f32,)),
+    ("transpose", (f32,)), ("squeeze", (f32,)), ("expand", (f32,)), ("narrow", (f32,)), ("tensor_split", (f32,)),
+    ("as_strided", (f32,)),
     # creation, concatenation and indexing
     ("new_full", (f32,)), ("arange", (i64,)), ("cat", (f32,)), ("constant_pad_nd", (f32,)),
     ("__getitem__", (f32,)),

@@ -179,11 +179,34 @@ def _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_t
     except _dynamo_control_flow():
         raise
     except Exception as error:  # aot_autograd could not trace or decompose the graph
+        split = _split_around_untraceable(gm, example_inputs, error, options)
+        if split is not None:
+            return split
         if _dynamo_breaks_the_graph_for(error):
             raise   # Dynamo runs the failing op eagerly and compiles the ops around it
         _runs_eagerly(f"a graph through aot_autograd ({len(gm.graph.nodes)} nodes)", error)
         return gm.forward
     return shortcut.callable_or(compiled)
+
+
+def _split_around_untraceable(gm, example_inputs, error, options):
+    """For an op whose trace needs its inputs' values (split_data_dependent.py): the graph
+    split around it, the other parts compiled at their first call; else None."""
+    from .split_data_dependent import first_untraceable_node, split_around, traced_failures
+    if not isinstance(error, traced_failures()):
+        return None
+    node = first_untraceable_node(gm, example_inputs)
+    if node is None:
+        return None
+
+    def compile_part(part, inputs):
+        from torch._dynamo.backends.common import aot_autograd
+        from .decompositions import decomposition_table
+        from .runtime.cudagraphs import BackwardTracker
+        cudagraphs = BackwardTracker() if options.cudagraphs else None
+        with compiling():
+            return _compile_with_aot_autograd(part, inputs, aot_autograd, decomposition_table, options, cudagraphs)
+    return split_around(gm, node, compile_part).forward
 
 
 @functools.lru_cache(None)
