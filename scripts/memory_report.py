@@ -216,12 +216,13 @@ def step_peak(fn, device) -> dict:
     return {"peak": peak, "end": end, "graphs": graphs, "live": live_at_peak(prof, "cuda" if cuda else "cpu")}
 
 
-def measure(spec, backend: str, device, dtype, mode: str) -> dict:
+def measure(spec, backend: str, device, dtype, mode: str, batch_size: int | None = None,
+            length: int | None = None) -> dict:
     """Saved bytes and the step's peak for one model compiled with ``backend``
-    ("tritonfuse", "inductor" or "eager")."""
+    ("tritonfuse", "inductor" or "eager"); ``batch_size``/``length`` override the spec's."""
     torch._dynamo.reset()
     step, _ = mz.make_step(spec, mode, device, dtype)
-    batch = mz.make_batch(spec, mode, device, dtype)
+    batch = mz.make_batch(spec, mode, device, dtype, batch=batch_size, length=length)
     recorder = GraphRecorder()
     hooks = contextlib.nullcontext()
     if backend == "eager":
@@ -295,13 +296,20 @@ def main(argv=None):
     parser.add_argument("--top", type=int, default=8, help="largest saved tensors to list")
     parser.add_argument("--live", type=int, default=0,
                         help="largest allocations alive at the peak to list (graph, place, op)")
+    parser.add_argument("--size", default="device", choices=["device", "gpu"],
+                        help="model sizes: the device's, or the GPU sizes wherever it runs (on the CPU: "
+                             "to reproduce a GPU gap, with --batch/--length to keep it fast)")
+    parser.add_argument("--batch", type=int, default=None, help="batch size (default: the size's)")
+    parser.add_argument("--length", type=int, default=None, help="tokens, or image side (default: the size's)")
     args = parser.parse_args(argv)
+    if args.size == "gpu":
+        mz.size_key = lambda device: "cuda"
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[args.dtype]
     device = torch.device(args.device)
     rows = []
     for spec in mz.select_models(args.models):
         for backend in args.backends.split(","):
-            rows.append(measure(spec, backend.strip(), device, dtype, args.mode))
+            rows.append(measure(spec, backend.strip(), device, dtype, args.mode, args.batch, args.length))
             print(report(rows[-1:], args.top, args.live), flush=True)
     return rows
 

@@ -217,7 +217,10 @@ def test_symbolic_sizes_reuse_only_equal_sizes(device):
         d = _centered(y @ w2)
         return b @ w3, d @ w3
 
-    for fn, inputs, reuses in ((same, [(6, 32)], 1), (different, [(6, 32), (10, 32)], 0)):
+    # same: d over the first mm output, the later mms into dead ones (out=); different: each
+    # last mm into the dead mm output of its own rows (s0 into s0, s1 into s1), d never
+    # into the (s0, 32) buffer dead before it
+    for fn, inputs, reuses in ((same, [(6, 32)], 3), (different, [(6, 32), (10, 32)], 2)):
         torch._dynamo.reset()
         compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
         for rows in (0, 3):    # a second call with other sizes runs the same symbolic code
