@@ -187,6 +187,26 @@ def test_matmul_fallback_writes_into_a_dead_buffer(device):
     assert all(name in reused for name in into), wrapper
 
 
+def test_dead_buffer_is_freed_before_a_fallback_allocates(device):
+    """A fallback that allocates its own result (a convolution) cannot take a dead buffer:
+    the dead buffer is freed where it died rather than held across the fallback for a
+    later kernel (that kernel allocates instead; the peak is lower)."""
+    w1 = rand(32, 32, device=device) / 4
+    k = rand(1, 1, 3, 1, device=device)
+
+    def fn(x):
+        y = x @ w1                                   # dies in the next kernel
+        s = (y * y).sum(1, keepdim=True)
+        c = torch.nn.functional.conv2d(s.view(1, 1, 32, 1), k, padding=(1, 0))
+        return x * c.view(32, 1)                     # a (32, 32) result: the dead y would fit
+
+    wrapper = _wrapper(check(fn, rand(32, 32, device=device), atol=1e-4, rtol=1e-4))
+    assert "convolution" in wrapper and not _taken_over(wrapper, "reuse"), wrapper
+    mm_result = re.search(r"^\s*(buf\d+) = torch\.mm\(", wrapper, re.M).group(1)
+    freed = re.search(rf"^\s*del (\w+, )*{mm_result}\b", wrapper, re.M)
+    assert freed and freed.start() < wrapper.index("convolution"), wrapper
+
+
 def test_reuse_across_layouts_of_equal_size(device):
     """A dead (32, 32) buffer holds a (64, 16) result (through reinterpret_tensor)."""
     w1, w2, w3 = (rand(32, 32, device=device) / 4 for _ in range(3))
@@ -217,10 +237,10 @@ def test_symbolic_sizes_reuse_only_equal_sizes(device):
         d = _centered(y @ w2)
         return b @ w3, d @ w3
 
-    # same: d over the first mm output, the later mms into dead ones (out=); different: each
-    # last mm into the dead mm output of its own rows (s0 into s0, s1 into s1), d never
-    # into the (s0, 32) buffer dead before it
-    for fn, inputs, reuses in ((same, [(6, 32)], 3), (different, [(6, 32), (10, 32)], 2)):
+    # same: d over the first mm output, the later mms into dead ones (out=); different: the
+    # (s0, 32) mm output dies before y @ w2 (s1 rows), which does not take it (it is freed
+    # there, not held)
+    for fn, inputs, reuses in ((same, [(6, 32)], 3), (different, [(6, 32), (10, 32)], 0)):
         torch._dynamo.reset()
         compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
         for rows in (0, 3):    # a second call with other sizes runs the same symbolic code

@@ -21,7 +21,10 @@ A matmul run as an aten fallback (``OUT_VARIANT_OPS``) allocates its own result 
 dead buffer of the result's exact layout is free: then it writes into it through its out=
 overload (``buf3 = buf1; del buf1  # reuse`` and ``aten.mm.out(..., out=buf3)``). Holding a
 dead buffer for a later kernel while such a fallback allocated was one hidden-state-sized
-buffer above Inductor's peak in LLM backwards (docs/results/memory.md, stop 27).
+buffer above Inductor's peak in LLM backwards (docs/results/memory.md, stop 27). Any
+other fallback that allocates empties the pool: a dead buffer is then freed where it died
+rather than held across the fallback's allocation for a later kernel (that kernel
+allocates instead; the bytes allocated never exceed what holding it would).
 
 Graph inputs are freed (their names deleted) after their last use like any buffer, and
 before the first kernel when nothing reads them: the backward graph's inputs are the
@@ -107,6 +110,8 @@ def plan_memory(graph, scheduler) -> MemoryPlan:
             if source is not None:   # written through its out= overload into a dead buffer
                 plan.takes[buffer.name] = (REUSE, source)
                 pool.remove(source)
+            elif any(name not in shared for name in group.output_names):
+                pool.clear()   # it allocates: the dead buffers are freed where they died, not held
         for buffer in _allocated_buffers(scheduler, group):
             allocated.add(buffer.name)
             if buffer.name in bound:
