@@ -150,6 +150,51 @@ def allocation_timeline(prof, device_type) -> tuple[int, int, list]:
     return max([0] + [level for _, level in levels]), levels[-1][1] if levels else 0, graphs
 
 
+@dataclass
+class LiveAllocation:
+    nbytes: int
+    graph: str     # the compiled graph's range it was allocated in ("" outside any)
+    index: int     # its place among that graph's allocations (0: the first)
+    op: str        # the innermost op that allocated it
+
+
+def live_at_peak(prof, device_type: str) -> list[LiveAllocation]:
+    """The allocations alive at the profiled block's peak (those made inside it), largest
+    first: what to compare between two backends' live sets. ``graph`` and ``index`` place
+    each in the generated wrapper's order of allocations (TRITONFUSE_DEBUG=1 writes it)."""
+    from torch._C._profiler import _EventType
+    allocations = []   # (time, ptr, bytes, graph, op)
+
+    def walk(event, graph, op):
+        if event.tag == _EventType.Allocation:
+            fields = event.extra_fields
+            if fields.device.type == device_type:
+                allocations.append((event.start_time_ns, fields.ptr, fields.alloc_size, graph, op))
+            return
+        name = event.name
+        if name in GRAPH_RANGES:
+            graph = name.replace("CompiledFunction", "graph")
+        elif event.tag == _EventType.TorchOp:
+            op = name
+        for child in event.children:
+            walk(child, graph, op)
+    for root in prof.kineto_results.experimental_event_tree():
+        walk(root, "", "")
+    allocations.sort(key=lambda a: a[0])
+    live, level, best, best_live = {}, 0, 0, {}
+    counts = defaultdict(int)
+    for time, ptr, nbytes, graph, op in allocations:
+        level += nbytes
+        if nbytes > 0:
+            live[ptr] = LiveAllocation(nbytes, graph, counts[graph], op)
+            counts[graph] += 1
+        else:
+            live.pop(ptr, None)
+        if level > best:
+            best, best_live = level, dict(live)
+    return sorted(best_live.values(), key=lambda a: (-a.nbytes, a.graph, a.index))
+
+
 def step_peak(fn, device) -> dict:
     """{"peak", "end", "graphs"}: bytes allocated by ``fn()`` at its peak and at its end,
     and the GraphPeak of each compiled graph it ran. On cuda "peak" is
@@ -168,15 +213,16 @@ def step_peak(fn, device) -> dict:
     peak, end, graphs = allocation_timeline(prof, device_type)
     if cuda:
         peak = torch.cuda.max_memory_allocated() - start
-    return {"peak": peak, "end": end, "graphs": graphs}
+    return {"peak": peak, "end": end, "graphs": graphs, "live": live_at_peak(prof, "cuda" if cuda else "cpu")}
 
 
-def measure(spec, backend: str, device, dtype, mode: str) -> dict:
+def measure(spec, backend: str, device, dtype, mode: str, batch_size: int | None = None,
+            length: int | None = None) -> dict:
     """Saved bytes and the step's peak for one model compiled with ``backend``
-    ("tritonfuse", "inductor" or "eager")."""
+    ("tritonfuse", "inductor" or "eager"); ``batch_size``/``length`` override the spec's."""
     torch._dynamo.reset()
     step, _ = mz.make_step(spec, mode, device, dtype)
-    batch = mz.make_batch(spec, mode, device, dtype)
+    batch = mz.make_batch(spec, mode, device, dtype, batch=batch_size, length=length)
     recorder = GraphRecorder()
     hooks = contextlib.nullcontext()
     if backend == "eager":
@@ -207,7 +253,7 @@ def measure(spec, backend: str, device, dtype, mode: str) -> dict:
     saved = recorder.saved()
     return {"model": spec.name, "backend": backend, "saved": saved,
             "saved_bytes": sum(t.nbytes for t in saved), "peak": peak["peak"], "end": peak["end"],
-            "graph_peaks": peak["graphs"],
+            "graph_peaks": peak["graphs"], "live": peak["live"],
             "graphs": [g.kind for g in recorder.graphs]}
 
 
@@ -218,7 +264,7 @@ def by_dtype(saved) -> dict:
     return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
 
-def report(rows, top: int) -> str:
+def report(rows, top: int, live: int = 0) -> str:
     lines = []
     for row in rows:
         dtypes = ", ".join(f"{k} {v / MB:.2f}" for k, v in by_dtype(row["saved"]).items())
@@ -230,6 +276,10 @@ def report(rows, top: int) -> str:
         for g in row["graph_peaks"]:
             lines.append(f"    {g.name:14s} entry {g.entry / MB:8.2f} MB  peak {g.peak / MB:8.2f} MB  "
                          f"own {g.own / MB:8.2f} MB")
+        if live:
+            lines.append(f"    live at the peak: {len(row['live'])} allocations made in the step")
+        for a in row["live"][:live]:
+            lines.append(f"    {a.nbytes / MB:8.3f} MB  {a.graph or '(outside)':14s} #{a.index:<4d} {a.op}")
         for t in sorted(row["saved"], key=lambda t: -t.nbytes)[:top]:
             lines.append(f"    {t.nbytes / MB:7.3f} MB  {str(t.dtype).replace('torch.', ''):8s} "
                          f"{list(t.shape)}  {t.name}")
@@ -244,14 +294,23 @@ def main(argv=None):
     parser.add_argument("--mode", default="train", choices=["train", "infer"])
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
     parser.add_argument("--top", type=int, default=8, help="largest saved tensors to list")
+    parser.add_argument("--live", type=int, default=0,
+                        help="largest allocations alive at the peak to list (graph, place, op)")
+    parser.add_argument("--size", default="device", choices=["device", "gpu"],
+                        help="model sizes: the device's, or the GPU sizes wherever it runs (on the CPU: "
+                             "to reproduce a GPU gap, with --batch/--length to keep it fast)")
+    parser.add_argument("--batch", type=int, default=None, help="batch size (default: the size's)")
+    parser.add_argument("--length", type=int, default=None, help="tokens, or image side (default: the size's)")
     args = parser.parse_args(argv)
+    if args.size == "gpu":
+        mz.size_key = lambda device: "cuda"
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[args.dtype]
     device = torch.device(args.device)
     rows = []
     for spec in mz.select_models(args.models):
         for backend in args.backends.split(","):
-            rows.append(measure(spec, backend.strip(), device, dtype, args.mode))
-            print(report(rows[-1:], args.top), flush=True)
+            rows.append(measure(spec, backend.strip(), device, dtype, args.mode, args.batch, args.length))
+            print(report(rows[-1:], args.top, args.live), flush=True)
     return rows
 
 

@@ -164,8 +164,47 @@ def test_dead_buffer_is_reused(device):
         return d @ w3
 
     wrapper = _wrapper(check(fn, rand(32, 32, device=device), atol=1e-4, rtol=1e-4))
-    assert len(_taken_over(wrapper, "reuse")) == 1, wrapper
+    # b over the first mm output, and both later mms into the dead ones (out=)
+    assert len(_taken_over(wrapper, "reuse")) == 3, wrapper
     assert allocation_count(wrapper) == 1
+
+
+def test_matmul_fallback_writes_into_a_dead_buffer(device):
+    """A matmul run on aten writes its result through out= into a dead buffer of its
+    layout instead of allocating while that buffer waits for a later kernel (an LLM
+    backward held one hidden state more than Inductor so: docs/results/memory.md, stop 27)."""
+    w1, w2, w3 = (rand(32, 32, device=device) / 4 for _ in range(3))
+
+    def fn(x):
+        b = _centered(x @ w1)          # the first mm's output dies here
+        c = b @ w2                     # written into it
+        return _centered(c) @ w3       # the last mm into b's memory (an output of exact layout)
+
+    wrapper = _wrapper(check(fn, rand(32, 32, device=device), atol=1e-4, rtol=1e-4))
+    into = re.findall(r"^\s*torch\.mm\(.*, out=(buf\d+)\)$", wrapper, re.M)
+    assert len(into) == 2, wrapper
+    reused = dict(_taken_over(wrapper, "reuse"))
+    assert all(name in reused for name in into), wrapper
+
+
+def test_dead_buffer_is_freed_before_a_fallback_allocates(device):
+    """A fallback that allocates its own result (a convolution) cannot take a dead buffer:
+    the dead buffer is freed where it died rather than held across the fallback for a
+    later kernel (that kernel allocates instead; the peak is lower)."""
+    w1 = rand(32, 32, device=device) / 4
+    k = rand(1, 1, 3, 1, device=device)
+
+    def fn(x):
+        y = x @ w1                                   # dies in the next kernel
+        s = (y * y).sum(1, keepdim=True)
+        c = torch.nn.functional.conv2d(s.view(1, 1, 32, 1), k, padding=(1, 0))
+        return x * c.view(32, 1)                     # a (32, 32) result: the dead y would fit
+
+    wrapper = _wrapper(check(fn, rand(32, 32, device=device), atol=1e-4, rtol=1e-4))
+    assert "convolution" in wrapper and not _taken_over(wrapper, "reuse"), wrapper
+    mm_result = re.search(r"^\s*(buf\d+) = torch\.mm\(", wrapper, re.M).group(1)
+    freed = re.search(rf"^\s*del (\w+, )*{mm_result}\b", wrapper, re.M)
+    assert freed and freed.start() < wrapper.index("convolution"), wrapper
 
 
 def test_reuse_across_layouts_of_equal_size(device):
@@ -198,7 +237,10 @@ def test_symbolic_sizes_reuse_only_equal_sizes(device):
         d = _centered(y @ w2)
         return b @ w3, d @ w3
 
-    for fn, inputs, reuses in ((same, [(6, 32)], 1), (different, [(6, 32), (10, 32)], 0)):
+    # same: d over the first mm output, the later mms into dead ones (out=); different: the
+    # (s0, 32) mm output dies before y @ w2 (s1 rows), which does not take it (it is freed
+    # there, not held)
+    for fn, inputs, reuses in ((same, [(6, 32)], 3), (different, [(6, 32), (10, 32)], 0)):
         torch._dynamo.reset()
         compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
         for rows in (0, 3):    # a second call with other sizes runs the same symbolic code

@@ -17,6 +17,15 @@ For each buffer a kernel writes (in execution order), the first that applies:
             when the layouts differ).
   allocate  ``empty_strided``.
 
+A matmul run as an aten fallback (``OUT_VARIANT_OPS``) allocates its own result unless a
+dead buffer of the result's exact layout is free: then it writes into it through its out=
+overload (``buf3 = buf1; del buf1  # reuse`` and ``aten.mm.out(..., out=buf3)``). Holding a
+dead buffer for a later kernel while such a fallback allocated was one hidden-state-sized
+buffer above Inductor's peak in LLM backwards (docs/results/memory.md, stop 27). Any
+other fallback that allocates empties the pool: a dead buffer is then freed where it died
+rather than held across the fallback's allocation for a later kernel (that kernel
+allocates instead; the bytes allocated never exceed what holding it would).
+
 Graph inputs are freed (their names deleted) after their last use like any buffer, and
 before the first kernel when nothing reads them: the backward graph's inputs are the
 activations the forward saved, and aot_autograd hands them over (the caller keeps no
@@ -96,6 +105,13 @@ def plan_memory(graph, scheduler) -> MemoryPlan:
         taken_here = set()
         if isinstance(group, FallbackNode):
             allocated |= set(group.output_names)   # the op allocates its own results
+            buffer = _out_variant_output(graph, group)
+            source = _reusable(graph, buffer, pool, exact_only=True) if buffer is not None else None
+            if source is not None:   # written through its out= overload into a dead buffer
+                plan.takes[buffer.name] = (REUSE, source)
+                pool.remove(source)
+            elif any(name not in shared for name in group.output_names):
+                pool.clear()   # it allocates: the dead buffers are freed where they died, not held
         for buffer in _allocated_buffers(scheduler, group):
             allocated.add(buffer.name)
             if buffer.name in bound:
@@ -138,6 +154,22 @@ def _allocated_buffers(scheduler, group):
         return []
     internal = scheduler.internal_buffers(group)
     return [node.buffer for node in sorted(group.nodes, key=lambda n: n.position) if node.name not in internal]
+
+
+# aten ops with one tensor result whose out= overload computes it as the op does: a matmul
+# run on aten writes into a dead buffer of its result's layout (as Inductor's extern_kernels
+# do) instead of allocating while the dead buffer is held for a later kernel
+OUT_VARIANT_OPS = (torch.ops.aten.mm.default, torch.ops.aten.bmm.default, torch.ops.aten.addmm.default,
+                   torch.ops.aten.baddbmm.default)
+
+
+def _out_variant_output(graph, group):
+    """The result buffer of a fallback that may write it through its out= overload, or None."""
+    kernel = group.kernel
+    if kernel.op not in OUT_VARIANT_OPS or len(kernel.outputs) != 1 or kernel.scalar_outputs \
+            or kernel.outputs[0].path != ():
+        return None
+    return graph.name_to_buffer.get(kernel.outputs[0].name)
 
 
 def _in_place_source(scheduler, graph, group, buffer, dying, allocated, pinned, taken_here):

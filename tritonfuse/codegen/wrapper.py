@@ -217,6 +217,11 @@ class WrapperCodeGen:
         args = ", ".join(py_literal(a) for a in kernel.args)
         kwargs = ", ".join(f"{k}={py_literal(v)}" for k, v in kernel.kwargs.items())
         call = f"{op_call_reference(kernel.op)}({', '.join(p for p in (args, kwargs) if p)})"
+        planned = [out for out in kernel.outputs if out.name in self.memory_plan.takes]
+        if planned:   # into a dead buffer, through the op's out= overload (memory_planning.py)
+            self.codegen_aten_call(self.graph.name_to_buffer[planned[0].name], kernel.op, kernel.args,
+                                   kernel.kwargs, f"fallback: {kernel.reason}")
+            return
         self.writeline(f"# fallback: {kernel.op} ({kernel.reason})")
         results = [(out.name, out.path) for out in kernel.outputs] + \
                   [(str(symbol), path) for symbol, path in kernel.scalar_outputs]
