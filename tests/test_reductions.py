@@ -172,6 +172,22 @@ def test_split_outer_and_inner_reductions(device):
     torch.testing.assert_close(compiled(h), exact, atol=float(exact.abs()) * 2 ** -7 + 1e-2, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batch_norm_statistics_split(device, dtype):
+    """var_mean over all but the channels of an NHWC-held batch (batch norm's statistics):
+    few outputs, a long reduction. On the Triton backend the mean and the squared
+    deviations are two split sums (four kernels with the normalization), not one Welford
+    pass over a handful of programs; values far from zero keep the two-pass form exact."""
+    x = (rand(16, 8, 24, 24, device=device) + 40.0).to(memory_format=torch.channels_last).to(dtype)
+
+    def fn(a):
+        var, mean = torch.var_mean(a.float(), dim=(0, 2, 3), correction=0, keepdim=True)
+        return var, mean, ((a - mean) * torch.rsqrt(var + 1e-5)).to(dtype)
+    check(fn, x, atol=2e-2 if dtype == torch.bfloat16 else 1e-3, rtol=1e-3)
+    if _splits_on_this_device(device):
+        assert kernel_count() >= 4, kernel_count()
+
+
 def test_reduction_of_a_value_constant_along_the_row(device):
     """A reduced value that is the same in every vector lane (a constant, a row's scalar)
     counts once per element: the C++ backend once added it once per vector chunk

@@ -15,7 +15,7 @@ from ..ir import Pointwise, TensorBox, origins_of
 from ..virtualized import ops
 from .registry import SUPPORTED_DTYPES, Unsupported, aten, normalize_dim, register_lowering
 from ..codegen.registry import two_pass_variance_max_row
-from .split_reduction import build_reduction
+from .split_reduction import build_reduction, num_splits
 from .views import view
 
 
@@ -234,14 +234,18 @@ def mean(x, dim=None, keepdim=False, dtype=None):
 def _var_mean(x, dim, correction, keepdim):
     """Welford: one pass gives the mean and M2 (the sum of squared deviations) together;
     the two reductions share one accumulator in the generated kernel. Backends whose rows
-    stay in cache may ask for the exact two-pass form instead (mean, then M2)."""
+    stay in cache may ask for the exact two-pass form instead (mean, then M2), and so does
+    a reduction too long for its few outputs to fill a GPU (batch norm's statistics:
+    64 channels of 32x112x112 values): its two sums split in two stages each
+    (split_reduction.py), where one Welford pass would run on a few programs."""
     dtype = x.get_dtype()
     if not dtype.is_floating_point:
         raise Unsupported("var of an integer tensor")
     acc = _accumulate_dtype(dtype)
     count = _count(x, dim)
     correction = 1 if correction is None else correction
-    if sym.hint(count) <= two_pass_variance_max_row(x.get_device().type):   # speed only
+    two_pass = sym.hint(count) <= two_pass_variance_max_row(x.get_device().type) or _sums_would_split(x, dim)
+    if two_pass:   # speed only
         mean_value, m2 = _mean_and_m2_two_pass(x, dim, keepdim, acc)
     else:
         mean_value = make_reduction(x, dim, keepdim, "welford_mean", acc, acc, origin="mean")
@@ -252,6 +256,16 @@ def _var_mean(x, dim, correction, keepdim):
     if acc != dtype:
         mean_out = _map(mean_out, lambda v: ops.to_dtype(v, dtype), dtype, "mean")
     return var, mean_out
+
+
+def _sums_would_split(x, dim) -> bool:
+    """Whether a sum of ``x`` over ``dim`` would be computed in two stages."""
+    ndim = len(x.get_size())
+    dims = _reduction_dims(x, dim)
+    count = sym.hint(_count(x, dim))
+    outputs = sym.hint(sym.product(x.get_size())) // max(count, 1)
+    outer = dims != list(range(ndim - len(dims), ndim))
+    return num_splits(x.get_device(), "sum", outputs, count, outer) > 1
 
 
 def _mean_and_m2_two_pass(x, dim, keepdim, acc):
