@@ -141,7 +141,8 @@ def test_an_op_that_reads_a_tensors_value_runs_between_compiled_parts(device, fn
     x = rand(5, 5, 5, device=device).requires_grad_(True)
     compiled = torch.compile(fn, backend="tritonfuse")
     for start in (2, 0, 3):
-        inputs = (x, torch.tensor(start, device=device)) + tuple(torch.tensor(v, device=device) for v in extra)
+        # (tensor_split takes its tensor of indices on the CPU only)
+        inputs = (x, torch.tensor(start, device=device)) + tuple(torch.tensor(v) for v in extra)
         out = compiled(*inputs)
         grad, = torch.autograd.grad(sum(o.sum() for o in out) if isinstance(out, tuple) else out.sum(), x)
         expected = fn(*inputs)

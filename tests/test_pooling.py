@@ -63,6 +63,31 @@ def test_max_pool_indices(device, name):
     _no_fallbacks()
 
 
+@pytest.mark.parametrize("name", ["k3_s2_p1", "k3_dilation", "ceil", "rect_window", "unbatched"])
+def test_training_saves_window_offsets_not_indices(device, name, monkeypatch):
+    """Between forward and backward a max pool's indices travel as int8 window offsets
+    (pool_offsets.py), recomputed into indices in the backward: the backward graph gets an
+    int8 input the pooled map's shape and no int64 one; the gradients are eager's."""
+    import tritonfuse.compile_fx as compile_fx
+    fn, shape = {**MAX_POOL, **WITH_INDICES}[name]
+    inputs = {}
+    compile_graph = compile_fx.compile_graph
+
+    def recording(gm, example_inputs, graph_id, **kwargs):
+        inputs[graph_id.split("_")[0]] = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+        return compile_graph(gm, example_inputs, graph_id, **kwargs)
+    monkeypatch.setattr(compile_fx, "compile_graph", recording)
+    monkeypatch.setattr(tritonfuse.config, "graph_cache", False)
+
+    def values(a):
+        out = fn(a * 1.5)
+        return out[0] if isinstance(out, tuple) else out
+    check_with_grad(values, image(*shape, device=device))
+    pooled = tuple(values(image(*shape, device=device)).shape)
+    saved = {(tuple(t.shape), t.dtype) for t in inputs["backward"]}
+    assert (pooled, torch.int8) in saved and (pooled, torch.int64) not in saved, saved
+
+
 def test_max_pool_bfloat16_and_special_values(device):
     x = image(2, 3, 8, 9, device=device, dtype=torch.bfloat16, nan=True)
     x[0, 1, 2, :] = -math.inf

@@ -5,7 +5,7 @@ either have a lowering of their own or run as aten fallbacks (mm, convolution, s
 import torch
 from torch._decomp import get_decompositions
 
-from . import extra_decompositions
+from . import extra_decompositions, pool_offsets
 
 aten = torch.ops.aten
 
@@ -53,6 +53,7 @@ def decomposition_table():
     ops = [getattr(aten, name) for name in DECOMPOSED_OPS if hasattr(aten, name)]
     table = get_decompositions(ops)
     table.update(extra_decompositions.table())
+    table.update(pool_offsets.table())
     table[aten.embedding_dense_backward.default] = _embedding_backward_where_lowered(
         table[aten.embedding_dense_backward.default])
     table[aten._to_copy.default] = _dtype_cast_as_convert_element_type

@@ -1,0 +1,68 @@
+"""Max pooling's indices kept as int8 window offsets between forward and backward.
+
+``max_pool2d_with_indices`` gives an int64 index into the input plane for every output
+element, and a training graph saves them for the backward: a ResNet stem's pooled map
+(32 x 64 x 56 x 56) makes 51 MB of indices, where the window position of the maximum
+(0..8 for a 3x3 window) fits in one byte. As Inductor does (its low-memory max pool), the
+decomposition below rewrites the op before aot_autograd partitions the graph:
+
+    values, indices = max_pool2d_with_indices(x, ...)          (the op, traced as is)
+    offsets  = window position of indices, as int8              (pointwise)
+    restored = input index of offsets                           (pointwise, from iotas)
+    return values, restored
+
+``restored`` equals ``indices``, and it is pointwise in ``offsets``: the min-cut
+partitioner saves the 1-byte offsets and recomputes the indices in the backward, where
+they fuse into the max-pool backward's kernel. In the forward, ``indices`` feeds only the
+offsets, so the pooling kernel stores int8 instead of int64.
+"""
+import threading
+
+import torch
+
+aten = torch.ops.aten
+_tracing = threading.local()
+
+
+def _pair(value, default=None):
+    if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+        return default
+    if isinstance(value, int):
+        return (value, value)
+    return tuple(value) * 2 if len(value) == 1 else tuple(value)
+
+
+def max_pool2d_with_offsets(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """The decomposition of ``aten.max_pool2d_with_indices`` (see the module's doc)."""
+    from .lowering.pooling import MAX_WINDOW
+    kernel = _pair(kernel_size)
+    steps, pads, dilations = _pair(stride, kernel), _pair(padding), _pair(dilation)
+    if getattr(_tracing, "inside", False) or kernel[0] * kernel[1] > MAX_WINDOW or x.dim() not in (3, 4) \
+            or not all(isinstance(size, int) for size in x.shape):
+        # the op itself, traced as it is: larger windows stay aten's; with symbolic sizes the
+        # offsets' index arithmetic does not compile symbolically yet (the graph would be
+        # compiled per shape), so int64 indices are saved there
+        return NotImplemented
+    _tracing.inside = True
+    try:
+        values, indices = aten.max_pool2d_with_indices.default(x, kernel_size, stride, padding, dilation,
+                                                               ceil_mode)
+    finally:
+        _tracing.inside = False
+    width = x.shape[-1]
+    rows = torch.arange(indices.shape[-2], device=x.device, dtype=torch.int64).view(-1, 1)
+    cols = torch.arange(indices.shape[-1], device=x.device, dtype=torch.int64).view(1, -1)
+    row_base = rows * steps[0] - pads[0]
+    col_base = cols * steps[1] - pads[1]
+    row_step = torch.div(torch.div(indices, width, rounding_mode="floor") - row_base, dilations[0],
+                         rounding_mode="floor")
+    col_step = torch.div(torch.remainder(indices, width) - col_base, dilations[1], rounding_mode="floor")
+    offsets = (row_step * kernel[1] + col_step).to(torch.int8)
+    wide = offsets.to(torch.int64)
+    restored = (row_base + torch.div(wide, kernel[1], rounding_mode="floor") * dilations[0]) * width \
+        + col_base + torch.remainder(wide, kernel[1]) * dilations[1]
+    return values, restored
+
+
+def table() -> dict:
+    return {aten.max_pool2d_with_indices.default: max_pool2d_with_offsets}
