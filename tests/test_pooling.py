@@ -88,6 +88,17 @@ def test_training_saves_window_offsets_not_indices(device, name, monkeypatch):
     assert (pooled, torch.int8) in saved and (pooled, torch.int64) not in saved, saved
 
 
+def test_avg_pool_of_int64_divides_with_truncation(device):
+    """eager's CPU average pool takes int64: the integer sum divided as C++ divides (toward
+    zero), also where the window is cut by padding."""
+    if device == "cuda":
+        pytest.skip("eager's CUDA average pool takes no integer tensors")
+    x = torch.randint(-9, 9, (2, 3, 7, 6), device=device)
+    check(lambda a: (F.avg_pool2d(a, 2), F.avg_pool2d(a, 3, 2, 1, count_include_pad=False),
+                     F.avg_pool1d(a.flatten(2), 3, 1, 1)), x)
+    _no_fallbacks()
+
+
 def test_max_pool_bfloat16_and_special_values(device):
     x = image(2, 3, 8, 9, device=device, dtype=torch.bfloat16, nan=True)
     x[0, 1, 2, :] = -math.inf

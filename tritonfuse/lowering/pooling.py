@@ -49,9 +49,11 @@ def accumulate_dtype(dtype):
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def check_input(x, spatial):
-    if x.get_dtype() not in SUPPORTED_DTYPES or not x.get_dtype().is_floating_point:
-        raise Unsupported(f"pooling of {x.get_dtype()}")
+def check_input(x, spatial, integers=False):
+    """``integers``: int64 values too (eager's CPU average pool takes them)."""
+    dtype = x.get_dtype()
+    if dtype not in SUPPORTED_DTYPES or not (dtype.is_floating_point or (integers and dtype == torch.int64)):
+        raise Unsupported(f"pooling of {dtype}")
     if len(x.get_size()) not in (spatial + 1, spatial + 2):
         raise Unsupported("pooling input of unexpected rank")
     if any(s == 0 for s in x.get_size()):
@@ -152,9 +154,9 @@ class Window:
         return math.prod(-(-((k - 1) * dl + 1) // s) for k, dl, s in zip(self.kernel, self.dilation, self.stride))
 
 
-def forward_window(x, out_shape, kernel_size, stride, padding, dilation, spatial):
+def forward_window(x, out_shape, kernel_size, stride, padding, dilation, spatial, integers=False):
     """The window of a pool of ``x``, checked to unroll; ``x`` realized if costly to re-read."""
-    check_input(x, spatial)
+    check_input(x, spatial, integers)
     kernel = _ntuple(kernel_size, spatial)
     window = Window(x.get_size(), list(out_shape), kernel, _ntuple(stride, spatial, kernel),
                     _ntuple(padding, spatial, 0), _ntuple(dilation, spatial, 1))
@@ -292,7 +294,7 @@ def _divisor(window, out_spatial, count_include_pad, divisor_override, acc):
 
 def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, spatial):
     meta = _meta()
-    window = forward_window(x, meta.shape, kernel_size, stride, padding, 1, spatial)
+    window = forward_window(x, meta.shape, kernel_size, stride, padding, 1, spatial, integers=True)
     dtype = x.get_dtype()
     acc = accumulate_dtype(dtype)
 
@@ -302,6 +304,8 @@ def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, div
             value = masked_read(x, src, mask, acc)
             total = value if total is None else ops.add(total, value)
         divisor = _divisor(window, index[-spatial:], count_include_pad, divisor_override, acc)
+        if not dtype.is_floating_point:   # int64 (eager's CPU kernel): divided with truncation, as C++ does
+            return ops.truncdiv(total, divisor)
         return ops.to_dtype(ops.truediv(total, divisor), dtype)
     return make_output(x, dtype, list(meta.shape), inner_fn, "avg_pool")
 
