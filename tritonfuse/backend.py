@@ -137,9 +137,6 @@ def tritonfuse_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, opti
     ``mode`` and ``options`` come from ``torch.compile`` (compile_options.py):
     "max-autotune" or ``{"max_autotune": True}`` turn the GEMM templates on,
     "reduce-overhead" or ``{"cudagraphs": True}`` CUDA graphs."""
-    from torch._dynamo.backends.common import aot_autograd
-    from .decompositions import decomposition_table
-    from .runtime.cudagraphs import BackwardTracker
     # Everything a compile uses is imported now, before aot_autograd traces: a module first
     # imported by a decomposition inside the trace runs its top level there, and a tensor it
     # makes (torch.tensor(...)) lands in the user's graph (aot_autograd then refuses it).
@@ -148,10 +145,17 @@ def tritonfuse_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, opti
     for device_type in {v.device.type for v in example_inputs if isinstance(v, torch.Tensor)}:
         with contextlib.suppress(KeyError):   # (an unsupported device: the compile says so)
             get_scheduling_class(device_type)
-    compile_options = CompileOptions.from_torch_compile(mode, options)
-    cudagraphs = BackwardTracker() if compile_options.cudagraphs else None
+    return _compile(gm, example_inputs, CompileOptions.from_torch_compile(mode, options))
+
+
+def _compile(gm, example_inputs, options: CompileOptions):
+    """One Dynamo graph (or a part of a split one) through aot_autograd."""
+    from torch._dynamo.backends.common import aot_autograd
+    from .decompositions import decomposition_table
+    from .runtime.cudagraphs import BackwardTracker
+    cudagraphs = BackwardTracker() if options.cudagraphs else None
     with compiling():   # aot_autograd's make_fx trace too: see compile_lock.py
-        return _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_table, compile_options,
+        return _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_table, options,
                                           cudagraphs)
 
 
@@ -198,15 +202,7 @@ def _split_around_untraceable(gm, example_inputs, error, options):
     node = first_untraceable_node(gm, example_inputs)
     if node is None:
         return None
-
-    def compile_part(part, inputs):
-        from torch._dynamo.backends.common import aot_autograd
-        from .decompositions import decomposition_table
-        from .runtime.cudagraphs import BackwardTracker
-        cudagraphs = BackwardTracker() if options.cudagraphs else None
-        with compiling():
-            return _compile_with_aot_autograd(part, inputs, aot_autograd, decomposition_table, options, cudagraphs)
-    return split_around(gm, node, compile_part).forward
+    return split_around(gm, node, lambda part, inputs: _compile(part, inputs, options)).forward
 
 
 @functools.lru_cache(None)
