@@ -2,7 +2,8 @@
 torch's OpInfo table, besides "results match eager and the op generated kernels".
 
     ALLOWED_FALLBACKS   the op may run entirely as aten calls: Inductor does the same
-                        (its sweep on the same samples generates no kernel for it)
+                        (its sweep on the same samples generates no kernel for it);
+                        COLUMN_ALLOWED_FALLBACKS the same for one device column only
     PENDING_LOWERINGS   ops Inductor generates kernels for that still run as aten calls here,
                         with the reason; not accepted as a pass, only named so a failure
                         says why
@@ -25,6 +26,11 @@ EXTERN = "Inductor also runs it as aten: it has no decomposition or lowering of 
 RANDOM = "Inductor also runs it as aten: random numbers drawn by the aten op"
 VIEW_COPY = "Inductor also runs it as aten: a view that aot_autograd keeps as a copy op"
 COMPLEX = "Inductor also runs it as aten: complex numbers"
+ATTENTION = "Inductor also runs it as aten: a fused attention kernel (flash / memory-efficient, extern)"
+SCATTER_REDUCE_GPU = ("Inductor also runs it as aten: scatter_reduce with prod, amin or amax has no atomic form on a "
+                      "GPU (Inductor's use_scatter_fallback); the cpu columns lower it as a serial loop")
+NEXTAFTER_BF16_GPU = ("Inductor also runs it as aten: nextafter in bfloat16 steps by a bfloat16 ulp, which libdevice's "
+                      "float32 nextafter cannot give")
 LARGE_WINDOW = ("Inductor also runs it as aten: max pooling over a window of more than 25 elements (the sample's "
                 "3x3x3) falls back in both (Inductor's should_fallback_max_pool_with_indices)")
 
@@ -77,7 +83,23 @@ ALLOWED_FALLBACKS = {
         "nn.functional.linear_cross_entropy.chunked", "nn.functional.linear_cross_entropy.chunked_none",
     ], EXTERN),
     "nn.functional.max_pool3d": LARGE_WINDOW,
+    "torch.ops.aten._flash_attention_forward": ATTENTION,
+    "torch.ops.aten._efficient_attention_forward": ATTENTION,
 }
+
+# ---- allowed fallbacks of one column only: {column: {op: reason}} ------------------------------
+
+COLUMN_ALLOWED_FALLBACKS = {
+    "cuda": {
+        **dict.fromkeys(["scatter_reduce.prod", "scatter_reduce.amin", "scatter_reduce.amax"], SCATTER_REDUCE_GPU),
+        "nextafter": NEXTAFTER_BF16_GPU,
+    },
+}
+
+
+def allowed_fallback(name: str, column: str):
+    """Why ``name`` may run as aten calls only on ``column`` (Inductor does too), or None."""
+    return COLUMN_ALLOWED_FALLBACKS.get(column, {}).get(name) or ALLOWED_FALLBACKS.get(name)
 
 # ---- pending lowerings: ops Inductor makes kernels for that still run as aten here ------------
 
