@@ -88,6 +88,30 @@ def test_training_saves_window_offsets_not_indices(device, name, monkeypatch):
     assert (pooled, torch.int8) in saved and (pooled, torch.int64) not in saved, saved
 
 
+def test_max_pool_backward_computes_a_branch_sum_gradient_once(device, monkeypatch):
+    """Each input element of a 3x3 stride-2 pool gathers the gradient of up to 4 outputs: a
+    gradient that is still a computation (a residual block's branches summed under relu
+    masks) is realized once, not recomputed with all its loads per covering output."""
+    from tritonfuse.lowering import pooling
+    gathered = []
+    realize_if_costly = pooling.realize_if_costly
+
+    def recording(x):
+        realize_if_costly(x)
+        gathered.append(x)
+    monkeypatch.setattr(pooling, "realize_if_costly", recording)
+    monkeypatch.setattr(tritonfuse.config, "graph_cache", False)
+    w1, w2 = rand(8, 8, 3, 3, device=device) * 0.2, rand(8, 8, 1, 1, device=device) * 0.2
+
+    def block(a):
+        pooled = F.max_pool2d(torch.relu(a * 1.5), 3, 2, 1)
+        branch = torch.relu(F.conv2d(pooled, w1, padding=1)) + F.conv2d(pooled, w2)
+        return torch.relu(branch + pooled)
+    check_with_grad(block, image(2, 8, 12, 12, device=device))
+    grads = [g for g in gathered if len(g.get_size()) == 4 and list(g.get_size())[-1] == 6]
+    assert grads and all(g.data.is_realized() for g in grads), [type(g.data.data).__name__ for g in grads]
+
+
 def test_avg_pool_of_int64_divides_with_truncation(device):
     """eager's CPU average pool takes int64: the integer sum divided as C++ divides (toward
     zero), also where the window is cut by padding."""

@@ -174,6 +174,11 @@ def backward_window(grad, x, kernel_size, stride, padding, dilation, spatial):
                     _ntuple(padding, spatial, 0), _ntuple(dilation, spatial, 1))
     if window.covering_count() > MAX_WINDOW:
         raise Unsupported(f"{window.covering_count()} outputs per input element (more than {MAX_WINDOW})")
+    if window.covering_count() > 1:
+        # each input element gathers the gradient of every output covering it: a gradient
+        # still unrealized (a residual block's sum of branches, relu masks) would be
+        # recomputed, all its loads, once per covering output
+        realize_if_costly(grad)
     return window
 
 
