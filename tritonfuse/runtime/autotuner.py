@@ -5,7 +5,8 @@ the tensors the kernel writes, so the call that follows sees exactly what it wou
 seen without tuning. Candidates that fail to compile or launch are skipped.
 
 On CUDA the "default" mode races the candidates: rounds of one launch each (L2 flushed
-before each, CUDA events around it), interleaved so clock changes hit all alike, until
+before each, CUDA events around it, queued behind a sleep so the launch's host time is not
+timed), interleaved so clock changes hit all alike, until
 each has BENCH_SAMPLES timings or BENCH_BUDGET_S has passed; the median wins. "max"
 keeps the full search: triton's do_bench per candidate, CUDA_BENCH_ROUNDS times.
 
@@ -32,6 +33,9 @@ log = logging.getLogger("tritonfuse.autotune")
 BENCH_SAMPLES = 15
 BENCH_MIN_SAMPLES = 3
 BENCH_BUDGET_S = 0.05
+# GPU clock cycles (~50 us) that the stream sleeps before each raced launch, covering the
+# host's time to record the start event and launch the kernel.
+HOST_LAUNCH_COVER_CYCLES = 100_000
 # "max": triton.testing.do_bench budgets in ms (both arguments exist in triton 3.6 and 3.9).
 BENCH_WARMUP_MS = 5
 BENCH_REP_MS = 20
@@ -231,6 +235,10 @@ def _cuda_race(live: list[Config], launch, restore, disqualify) -> dict[str, flo
         pending = []
         for config in live:
             flush.zero_()
+            # the GPU waits here while the host records the events and launches: without
+            # it a kernel shorter than its launch (tens of microseconds of Python) is timed
+            # with the host's latency, and the race picks by noise
+            torch.cuda._sleep(HOST_LAUNCH_COVER_CYCLES)
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             begin.record()
             launch(config)
