@@ -58,13 +58,9 @@ def max_pool2d_with_offsets(x, kernel_size, stride=(), padding=0, dilation=1, ce
                          rounding_mode="floor")
     col_step = torch.div(torch.remainder(indices, width) - col_base, dilations[1], rounding_mode="floor")
     offsets = (row_step * kernel[1] + col_step).to(torch.int8)
-    # offsets lie in [0, kernel area): 32-bit truncating division and fmod give the window's
-    # row and column without int64 division or floor corrections (the backward's kernel
-    # does this once per covering output, for every input element)
-    narrow = offsets.to(torch.int32)
-    window_row = torch.div(narrow, kernel[1], rounding_mode="trunc").to(torch.int64)
-    window_col = torch.fmod(narrow, kernel[1]).to(torch.int64)
-    restored = (row_base + window_row * dilations[0]) * width + col_base + window_col * dilations[1]
+    wide = offsets.to(torch.int64)
+    restored = (row_base + torch.div(wide, kernel[1], rounding_mode="floor") * dilations[0]) * width \
+        + col_base + torch.remainder(wide, kernel[1]) * dilations[1]
     return values, restored
 
 
