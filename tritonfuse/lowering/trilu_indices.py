@@ -18,7 +18,7 @@ import torch
 
 from ..ir import Pointwise, TensorBox
 from ..virtualized import ops
-from .registry import Unsupported, aten, register_lowering
+from .registry import Unsupported, aten, register_lowering, static_sizes
 from .tensor_ops import _meta
 
 
@@ -73,7 +73,9 @@ def _c(value):
 
 
 def _plus(x, value: int):
-    return x if value == 0 else ops.add(x, _c(value))
+    if value == 0:
+        return x
+    return ops.add(x, _c(value)) if value > 0 else ops.sub(x, _c(-value))
 
 
 def _times(x, value: int):
@@ -140,18 +142,13 @@ def _indices(runs, offset, meta):
     return TensorBox.create(Pointwise(meta.device, meta.dtype, inner_fn, [2, size], origins=("trilu_indices",)))
 
 
-def _static(*values):
-    if not all(isinstance(v, int) for v in values):
-        raise Unsupported("tril/triu indices of symbolic sizes")
-
-
 @register_lowering(aten.tril_indices)
 def tril_indices(row, col, offset=0, **kwargs):
-    _static(row, col, offset)
+    row, col, offset = static_sizes([row, col, offset], "tril_indices")
     return _indices(tril_runs(row, col, offset), offset, _meta())
 
 
 @register_lowering(aten.triu_indices)
 def triu_indices(row, col, offset=0, **kwargs):
-    _static(row, col, offset)
+    row, col, offset = static_sizes([row, col, offset], "triu_indices")
     return _indices(triu_runs(row, col, offset), offset, _meta())
