@@ -64,6 +64,7 @@ CPP_OPS.update({name: f"tf::{name}({{0}})" for name in (
 CPP_OPS.update({name: f"tf::{name}({{0}}, {{1}})" for name in ("atan2", "hypot", "copysign", "nextafter")})
 # the polynomial recurrences (include/tf_special_loops.h)
 CPP_OPS.update({name: f"tf::{name}({{0}}, {{1}}, {{2}})" for name in SPECIAL_LOOPS})
+CPP_OPS["gcd"] = "tf::gcd({0}, {1})"   # integers only (include/tf_int.h)
 CPP_OPS["zeta"] = "tf::zeta({0}, {1})"
 CPP_OPS["airy_ai_series"] = "tf::airy_ai_series({0})"
 CPP_OPS.update({name: f"tf::{name}({{0}}, {{1}})" for name in ("igamma_series", "igammac_series", "igammac_fraction")})
@@ -77,6 +78,7 @@ CPP_INTEGER_OPS = {
     "abs": "tf::where({0} < 0, -{0}, {0})",
     "lshift": "tf::shift_left({0}, {1})",
     "rshift": "tf::shift_right({0}, {1})",
+    "pow": "tf::pow_int({0}, {1})",   # eager's integer power (a loop per lane)
 }
 
 # Integer division and remainder (truncating, like C), spelled by the kernel with the

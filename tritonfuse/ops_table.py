@@ -52,6 +52,10 @@ PRIMITIVES = {
     "airy_ai_series": OpSpec("airy_ai_series", 1, SAME),   # Airy Ai's power series, likewise
     # the incomplete gamma functions' loops (a, x), run until they converge (special_igamma.py)
     **_specs(SAME, 2, "igamma_series igammac_series igammac_fraction"),
+    # Euclid's loop on |a|, |b| (ATen's calc_gcd), integer operands only. (``pow`` of
+    # integers is eager's integer power: repeated squaring, 0 for negative exponents but
+    # those of 1 and -1.)
+    "gcd": OpSpec("gcd", 2, SAME),
     # special forms, handled by every backend explicitly
     "constant": OpSpec("constant", 2, ARG),     # (value, dtype)
     "index_expr": OpSpec("index_expr", 2, ARG),  # (sympy expr, dtype)

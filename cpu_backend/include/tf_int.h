@@ -14,12 +14,18 @@
 //                           an active lane (not a tail lane, not masked off) sets the
 //                           kernel's zero_division flag; the kernel returns it and the
 //                           wrapper raises eager's error.
+//   pow_int(a, b)           eager's integer power (ATen's powi): repeated squaring, wrapping
+//                           in T; a negative exponent gives 0, but 1 for a == 1 and +-1 for
+//                           a == -1
+//   gcd(a, b)               ATen's calc_gcd: Euclid's loop on |a|, |b| in T (|INT_MIN| stays
+//                           INT_MIN, so a gcd with it can be negative, as eager's)
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
 #include "tf_vec_core.h"
+#include "tf_vec_math.h"   // detail::map_lanes
 
 namespace tf {
 
@@ -92,6 +98,50 @@ template <typename T>
 TF_INLINE Vec<T> mod_trunc(const Vec<T>& a, const Vec<T>& b, const Vec<bool>& active, int& zero_division) {
     if (((b == Vec<T>(T(0))) & active).bits()) note_zero_division(zero_division);
     return a % b;
+}
+
+// ---- loops whose trip count follows the values: integer power and gcd, per lane on Vecs.
+// The scalar arithmetic stays in T (assigning back to T wraps int8/int16/uint8 as eager's
+// int-promoted `result *= a` does; -fwrapv wraps int32/int64).
+template <typename T>
+TF_INLINE std::enable_if_t<std::is_integral_v<T>, T> pow_int(T a, detail::id_t<T> b) {
+    if constexpr (std::is_signed_v<T>) {
+        if (b < 0) {
+            if (a == T(1)) return T(1);
+            if (a == T(-1)) return (b & T(1)) ? T(-1) : T(1);
+            return T(0);
+        }
+    }
+    T result = T(1);
+    while (b) {
+        if (b & T(1)) result = T(result * a);
+        b = T(b / 2);
+        a = T(a * a);
+    }
+    return result;
+}
+
+template <typename T>
+TF_INLINE std::enable_if_t<std::is_integral_v<T>, T> gcd(T a, detail::id_t<T> b) {
+    if constexpr (std::is_signed_v<T>) {
+        a = T(a < 0 ? -a : a);
+        b = T(b < 0 ? -b : b);
+    }
+    while (a != 0) {
+        const T c = a;
+        a = T(b % a);
+        b = c;
+    }
+    return b;
+}
+
+template <typename T>
+TF_INLINE Vec<T> pow_int(const Vec<T>& a, const Vec<T>& b) {
+    return detail::map_lanes(a, b, [](T x, T y) { return pow_int(x, y); });
+}
+template <typename T>
+TF_INLINE Vec<T> gcd(const Vec<T>& a, const Vec<T>& b) {
+    return detail::map_lanes(a, b, [](T x, T y) { return gcd(x, y); });
 }
 
 }  // namespace tf

@@ -174,8 +174,11 @@ def pow(base, exponent, compute_dtype, result_dtype):
             return make_pointwise(body, [base], compute_dtype, result_dtype, origin="pow")
         if exponent == -1 and compute_dtype.is_floating_point:
             return make_pointwise(lambda x: ops.reciprocal(x), [base], compute_dtype, result_dtype, origin="pow")
-    if not compute_dtype.is_floating_point:
-        raise Unsupported("integer pow with a tensor or large exponent")
+    if not compute_dtype.is_floating_point and isinstance(exponent, int) and isinstance(base, TensorBox):
+        info = torch.iinfo(compute_dtype)
+        if not 0 <= exponent <= info.max:   # eager raises (negative, or not held by the dtype)
+            raise Unsupported(f"integer pow with the exponent {exponent}")
+    # (integers: the op table's pow is eager's integer power, a loop in each backend)
     return make_pointwise(lambda x, y: ops.pow(x, y), [base, exponent], compute_dtype, result_dtype, origin="pow")
 
 

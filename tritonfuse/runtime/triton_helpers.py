@@ -18,6 +18,8 @@ from .triton_special import (  # noqa: F401
     airy_ai_series, chebyshev_loop, hermite_h_loop, hermite_he_loop, igamma_series, igammac_fraction,
     igammac_series, laguerre_loop, legendre_loop, zeta,
 )
+# integer loops: eager's integer power and gcd
+from .triton_integer import gcd, pow_int  # noqa: F401
 
 
 @triton.jit

@@ -25,7 +25,7 @@ from ...ops_table import reduction_identity
 from ...virtualized import set_ops_handler
 from ..common import CSE, CSEVariable, IndentedBuffer, IndexPrinter, KernelArgs
 from ..loops import Segment, buffers_crossing_loops, plan_segments
-from .overrides import TRITON_INTEGER_DIVISION, TRITON_INTEGER_SHIFTS, TRITON_TYPES, shift_by_constant
+from .overrides import TRITON_INTEGER_DIVISION, TRITON_INTEGER_LOOPS, TRITON_INTEGER_SHIFTS, TRITON_TYPES, shift_by_constant
 
 INT32_MAX = 2**31 - 1
 
@@ -475,8 +475,10 @@ class TritonKernel:
         return self.cse.generate(self.out, text, constant.dtype, over_r=False)
 
     def _integer_template(self, name, operands, over_r) -> Optional[str]:
-        """Integer division and shifts with eager's semantics (overrides.py), or None."""
+        """Integer division, shifts and pow with eager's semantics (overrides.py), or None."""
         right = operands[1] if len(operands) > 1 else None
+        if name in TRITON_INTEGER_LOOPS:
+            return TRITON_INTEGER_LOOPS[name]
         if name in TRITON_INTEGER_SHIFTS:
             if isinstance(right, Constant):
                 return shift_by_constant(name, operands[0].dtype, int(right.value))

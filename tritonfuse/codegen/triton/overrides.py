@@ -84,6 +84,7 @@ TRITON_OPS.update({
 })
 # the polynomial recurrences: loops with a per-lane trip count (runtime/triton_special.py)
 TRITON_OPS.update({name: f"tf_helpers.{name}({{0}}, {{1}}, {{2}})" for name in SPECIAL_LOOPS})
+TRITON_OPS["gcd"] = "tf_helpers.gcd({0}, {1})"   # integers only (runtime/triton_integer.py)
 TRITON_OPS["zeta"] = "tf_helpers.zeta({0}, {1})"
 TRITON_OPS["airy_ai_series"] = "tf_helpers.airy_ai_series({0})"
 TRITON_OPS.update({name: f"tf_helpers.{name}({{0}}, {{1}})"
@@ -127,6 +128,10 @@ INTERPRETER_OPS.update({name: f"tf_helpers.{name}({{0}}, {{1}})" for name in (
 TRITON_INTEGER_DIVISION = {
     "truncdiv": "tf_helpers.div_trunc({0}, {1})",
     "mod": "tf_helpers.mod_trunc({0}, {1})",
+}
+# Integer pow is eager's integer power, a loop with a per-lane trip count (runtime/triton_integer.py).
+TRITON_INTEGER_LOOPS = {
+    "pow": "tf_helpers.pow_int({0}, {1})",
 }
 TRITON_INTEGER_SHIFTS = {
     "lshift": "tf_helpers.shift_left({0}, {1})",
