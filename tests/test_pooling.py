@@ -247,6 +247,23 @@ def test_max_pool_indices_with_symbolic_sizes(device):
     assert tritonfuse.metrics.symbolic_graphs == 1 and tritonfuse.metrics.static_specializations == 0
 
 
+def test_symbolic_training_saves_window_offsets(device, monkeypatch):
+    """Under symbolic sizes too the backward gets int8 window offsets (no 4-d int64 indices),
+    one compile serves every shape, and the gradients are eager's."""
+    import tritonfuse.compile_fx as compile_fx
+    saved = []
+    compile_graph = compile_fx.compile_graph
+
+    def recording(gm, example_inputs, graph_id, **kwargs):
+        if graph_id.startswith("backward"):
+            saved.extend((t.dim(), t.dtype) for t in example_inputs if isinstance(t, torch.Tensor))
+        return compile_graph(gm, example_inputs, graph_id, **kwargs)
+    monkeypatch.setattr(compile_fx, "compile_graph", recording)
+    monkeypatch.setattr(tritonfuse.config, "graph_cache", False)
+    check_symbolic_with_grad(lambda a: F.max_pool2d(torch.relu(a * 1.5), 3, 2, 1), device, shapes=POOL_SHAPES)
+    assert (4, torch.int8) in saved and (4, torch.int64) not in saved, saved
+
+
 def test_adaptive_pool_over_symbolic_sizes_falls_back_alone(device):
     """Its windows follow from the sizes: aten runs it (logged); the rest stays symbolic."""
     check_symbolic_with_grad(lambda a: F.adaptive_avg_pool2d(a.exp(), (2, 3)).relu(), device)

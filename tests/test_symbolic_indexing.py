@@ -166,3 +166,16 @@ def test_tails_of_symbolic_rows_stay_inside_the_row(device):
         actual = compiled(out, x)
         assert_same(actual, expected)
         assert torch.isnan(out[:, cols:]).all()
+
+
+def test_exact_div_of_sizes_holding_a_floor_division():
+    """A view's -1 dim over a pool's output length (FloorDiv of an input size): the
+    quotient is the polynomial when it cancels, a FloorDiv otherwise, never a rational."""
+    from tritonfuse.sym import exact_div
+    s, t = sympy.symbols("s t", integer=True, positive=True)
+    pooled = FloorDiv(s - 1, 2) + 1
+    assert exact_div(pooled, 1) == pooled
+    assert exact_div(2 * pooled * t, 2) == sympy.expand(pooled * t)
+    assert exact_div(pooled * t, t) == pooled
+    odd = exact_div(pooled, 2)
+    assert isinstance(odd, FloorDiv), odd

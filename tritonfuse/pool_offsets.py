@@ -37,11 +37,8 @@ def max_pool2d_with_offsets(x, kernel_size, stride=(), padding=0, dilation=1, ce
     from .lowering.pooling import MAX_WINDOW
     kernel = _pair(kernel_size)
     steps, pads, dilations = _pair(stride, kernel), _pair(padding), _pair(dilation)
-    if getattr(_tracing, "inside", False) or kernel[0] * kernel[1] > MAX_WINDOW or x.dim() not in (3, 4) \
-            or not all(isinstance(size, int) for size in x.shape):
-        # the op itself, traced as it is: larger windows stay aten's; with symbolic sizes the
-        # offsets' index arithmetic does not compile symbolically yet (the graph would be
-        # compiled per shape), so int64 indices are saved there
+    if getattr(_tracing, "inside", False) or kernel[0] * kernel[1] > MAX_WINDOW or x.dim() not in (3, 4):
+        # the op itself, traced as it is: larger windows stay aten's
         return NotImplemented
     _tracing.inside = True
     try:
@@ -54,10 +51,14 @@ def max_pool2d_with_offsets(x, kernel_size, stride=(), padding=0, dilation=1, ce
     cols = torch.arange(indices.shape[-1], device=x.device, dtype=torch.int64).view(1, -1)
     row_base = rows * steps[0] - pads[0]
     col_base = cols * steps[1] - pads[1]
-    row_step = torch.div(torch.div(indices, width, rounding_mode="floor") - row_base, dilations[0],
-                         rounding_mode="floor")
-    col_step = torch.div(torch.remainder(indices, width) - col_base, dilations[1], rounding_mode="floor")
-    offsets = (row_step * kernel[1] + col_step).to(torch.int8)
+    # the window position whose input index the op chose: compared with each position's
+    # index, no division by the width (a symbolic width would make the division's zero
+    # check part of every kernel)
+    offsets = torch.zeros_like(indices, dtype=torch.int8)
+    for row in range(kernel[0]):
+        for col in range(kernel[1]):
+            position = (row_base + row * dilations[0]) * width + col_base + col * dilations[1]
+            offsets = torch.where(indices == position, row * kernel[1] + col, offsets)
     wide = offsets.to(torch.int64)
     restored = (row_base + torch.div(wide, kernel[1], rounding_mode="floor") * dilations[0]) * width \
         + col_base + torch.remainder(wide, kernel[1]) * dilations[1]

@@ -294,9 +294,10 @@ def exact_div(a, b) -> sympy.Expr:
     """a / b for sizes known to divide (a view's -1 dim): a polynomial when the division
     cancels, else ``FloorDiv`` (never a rational, which generated code would print as /)."""
     quotient = sympy.cancel(sympy.sympify(a) / sympy.sympify(b))
-    numerator, denominator = sympy.fraction(quotient)
-    if denominator == 1 and all(c.is_Integer for c in sympy.Poly(numerator, *numerator.free_symbols).coeffs()) \
-            if numerator.free_symbols else denominator == 1:
+    numerator, denominator = sympy.fraction(sympy.together(quotient))
+    # integer coefficients on every term (terms may hold FloorDiv of a size: a pool's output
+    # length, which sympy.Poly cannot take as a polynomial in that size)
+    if denominator == 1 and all(c.is_Integer for c in sympy.expand(numerator).as_coefficients_dict().values()):
         return sympy.expand(numerator)
     return FloorDiv(sympy.expand(numerator), sympy.expand(denominator))
 
