@@ -117,6 +117,22 @@ def _fail_symbolic_compiles(monkeypatch):
     monkeypatch.setattr(compile_fx, "_compile_graph", only_static)
 
 
+def test_integer_division_by_a_symbolic_size(device):
+    """// and % by a size that is a runtime scalar of the kernel: its zero check (eager's
+    error) combines a scalar with the block's mask; Triton's interpreter took that mask for
+    ints and the graph ran eagerly."""
+    def fn(x):
+        i = torch.arange(x.numel(), device=x.device).view(x.shape)
+        return x + torch.div(i, x.shape[-1], rounding_mode="floor") + torch.remainder(i, x.shape[-1])
+
+    compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
+    with torch.no_grad():
+        for shape in ((3, 5), (4, 7), (2, 9)):
+            x = rand(*shape, device=device)
+            assert_same(compiled(x), fn(x))
+    assert tritonfuse.metrics.eager_graphs == 0
+
+
 def test_a_graph_that_cannot_be_symbolic_compiles_per_shape(device, monkeypatch):
     _fail_symbolic_compiles(monkeypatch)
     w = rand(8, 16, device=device).requires_grad_()

@@ -495,6 +495,10 @@ class TritonKernel:
         parts = [f"({divisor} == 0)"] + ["ymask"] * self.needs_ymask + ["xmask"] * self.needs_xmask
         parts += ["rmask"] * (self.needs_rmask and over_r) + self.mask_stack
         condition = " & ".join(parts)
+        if len(parts) > 1:
+            # a scalar divisor's (s == 0) & a block mask holds ints under Triton's
+            # interpreter, which then rejects it as a store mask: compare it back to bool
+            condition = f"({condition}) != 0"
         if condition in self.cse.cache:   # flagged already (x // y and x % y share a divisor)
             return
         zero = self.cse.generate(self.out, condition, torch.bool, over_r=over_r)
