@@ -53,7 +53,10 @@ def test_outer_dim_reductions(shape):
 @pytest.mark.parametrize("shape, dim, form", [
     ((40, 3000), 0, "row blocks"),         # one row dim too wide for a row per thread: blocks of
                                            # columns, the last with a tail
-    ((300, 1000), 0, "partial rows"),      # one row dim: each thread a share of the rows
+    ((300, 1000), 0, "row blocks"),        # one row dim, wide: strips of 128 columns, accumulators
+                                           # in registers, the last strip short
+    ((4000, 32), 0, "partial rows"),       # strips too narrow to hide the add latency: each
+                                           # thread a share of the rows
     ((8, 128, 256), 1, "row blocks"),      # whole rows, one per (collapsed) outer index
     ((3, 400, 40), 1, "row blocks"),       # 3 outer rows for 2 threads: split into blocks
     ((6000, 8), 0, "partial rows"),        # too few columns for the threads: split the reduction
@@ -77,15 +80,16 @@ def test_outer_reduction_forms(shape, dim, form, dtype, monkeypatch):
     lambda dtype: rand(1531, 513, dtype=dtype).t(),            # transposed
 ])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_column_reductions_split_among_threads(make, dtype, monkeypatch):
-    # x.sum(0) with fewer output rows than threads: the threads take shares of the rows
-    # (partial rows) instead of blocks of every row
+def test_column_reductions_in_register_strips(make, dtype, monkeypatch):
+    # x.sum(0) of wide rows with fewer output rows than threads: the threads take strips of
+    # columns, each a loop of constant trip count over whole vectors (unrolled: accumulators
+    # in registers), instead of shares of the rows (partial rows)
     monkeypatch.setattr("cpu_backend.scheduling.default_num_threads", lambda: 2)
     x = make(dtype)
     tol = dict(atol=1e-3, rtol=1e-4) if dtype == torch.float32 else dict(atol=0.5, rtol=2e-2)
     sources = check(lambda a: (a.sum(0), a.amax(0) * 2), x, **tol)
     if x.is_contiguous():
-        assert "_partial" in sources[1], sources[1]
+        assert "_partial" not in sources[1] and "#pragma GCC unroll" in sources[1], sources[1]
 
 
 @pytest.mark.parametrize("make", [
