@@ -27,8 +27,9 @@ RANDOM = "Inductor also runs it as aten: random numbers drawn by the aten op"
 VIEW_COPY = "Inductor also runs it as aten: a view that aot_autograd keeps as a copy op"
 COMPLEX = "Inductor also runs it as aten: complex numbers"
 ATTENTION = "Inductor also runs it as aten: a fused attention kernel (flash / memory-efficient, extern)"
-SCATTER_REDUCE_GPU = ("Inductor also runs it as aten: scatter_reduce with prod, amin or amax has no atomic form on a "
-                      "GPU (Inductor's use_scatter_fallback); the cpu columns lower it as a serial loop")
+SCATTER_REDUCE_GPU = ("Inductor also runs it as aten: scatter_reduce with prod, amin or amax has no atomic form in "
+                      "Triton (Inductor's use_scatter_fallback on a GPU; the triton-interpret column runs the same "
+                      "Triton backend); the cpu column lowers it as a serial loop")
 NEXTAFTER_BF16_GPU = ("Inductor also runs it as aten: nextafter in bfloat16 steps by a bfloat16 ulp, which libdevice's "
                       "float32 nextafter cannot give")
 LARGE_WINDOW = ("Inductor also runs it as aten: max pooling over a window of more than 25 elements (the sample's "
@@ -89,11 +90,11 @@ ALLOWED_FALLBACKS = {
 
 # ---- allowed fallbacks of one column only: {column: {op: reason}} ------------------------------
 
+_TRITON_SCATTER_REDUCE = dict.fromkeys(["scatter_reduce.prod", "scatter_reduce.amin", "scatter_reduce.amax"],
+                                       SCATTER_REDUCE_GPU)
 COLUMN_ALLOWED_FALLBACKS = {
-    "cuda": {
-        **dict.fromkeys(["scatter_reduce.prod", "scatter_reduce.amin", "scatter_reduce.amax"], SCATTER_REDUCE_GPU),
-        "nextafter": NEXTAFTER_BF16_GPU,
-    },
+    "cuda": {**_TRITON_SCATTER_REDUCE, "nextafter": NEXTAFTER_BF16_GPU},
+    "triton-interpret": dict(_TRITON_SCATTER_REDUCE),
 }
 
 
