@@ -102,3 +102,58 @@ def test_empty_tensors_take_eagers_layout(device):
     for a, e in zip(actual, expected):
         assert (a.shape, a.stride(), a.dtype, a.device) == (e.shape, e.stride(), e.dtype, e.device)
     _kernels_only()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_outer_product_matmuls_are_pointwise(device, dtype):
+    # bmm / mm with k = 1 (a llama's rotary angles: inv_freq @ positions) become a broadcast
+    # mul that fuses with its readers: no GEMM call, one kernel
+    a, b = rand(2, 32, 1, device=device, dtype=dtype), rand(2, 1, 48, device=device, dtype=dtype)
+    # bf16: eager rounds the product to bf16 before cos/sin, the fused kernel does not (an
+    # argument of ~4 moves by up to 2^-6 there)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=5e-2, rtol=2e-2)
+    check(lambda a, b: torch.cat([torch.bmm(a, b).cos(), torch.mm(a[0], b[1]).sin()[None]]), a, b, **tol)
+    _kernels_only()
+
+
+@pytest.mark.parametrize("make, dim", [
+    (lambda d: rand(3, 5, device=d), -1),
+    (lambda d: rand(4, 6, device=d).t(), 0),               # a transposed input: the result is contiguous
+    (lambda d: rand(2, 3, 4, 5, device=d), 1),
+])
+def test_cat_of_one_tensor_repeated(device, make, dim):
+    x = make(device)
+    check(lambda x: (torch.cat([x, x, x], dim) * 2, torch.cat([x, x + 1], dim)), x)
+    _kernels_only()
+
+
+def test_rotary_table_is_recomputed_not_saved(device):
+    # a llama's rotary table, cat((angles, angles), -1) of an outer-product bmm, is not saved
+    # for the backward (the min-cut partitioner recomputes no cat: the cat of one tensor is
+    # a copy of it expanded), and the bmm is no GEMM call
+    inv_freq = rand(1, 16, 1, device=device)
+    positions = torch.arange(64, device=device, dtype=torch.float32)[None, None, :]
+    x = rand(2, 64, 32, device=device).requires_grad_()
+
+    def rotate(x, inv_freq, positions):
+        angles = torch.bmm(inv_freq, positions).transpose(1, 2)
+        emb = torch.cat([angles, angles], dim=-1)
+        return (x * emb.cos() + x.flip(-1) * emb.sin()).sum()
+
+    expected = rotate(x, inv_freq, positions)
+    expected.backward()
+    grad, x.grad = x.grad, None
+    saved_shapes = []
+
+    def pack(t):
+        saved_shapes.append(tuple(t.shape))
+        return t
+    compiled = torch.compile(rotate, backend="tritonfuse", dynamic=False)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        actual = compiled(x, inv_freq, positions)
+    actual.backward()
+    assert tritonfuse.metrics.eager_graphs == 0
+    torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(x.grad, grad, atol=1e-4, rtol=1e-5)
+    assert (1, 64, 32) not in saved_shapes, saved_shapes
+    assert "bmm" not in "".join(tritonfuse.metrics.fallbacks), tritonfuse.metrics.fallbacks

@@ -9,6 +9,8 @@ returns NotImplemented for a case it leaves to the aten op.
     scatter_reduce / index_reduce  (mean) sum and count by scatter_add / index_add, divide
     as_strided_scatter           index_put at the view's storage positions
     frexp                        exponent from log2, corrected by one; mantissa by two scalings
+    mm / bmm with k = 1          the outer product as a broadcast mul
+    cat of one tensor repeated   the tensor expanded along a new dim, copied, merged
 """
 import torch
 
@@ -119,6 +121,36 @@ def _scale_by_power_of_two(value, power):
     return value * torch.exp2(half) * torch.exp2(power - half)
 
 
+def outer_product(a, b):
+    """``mm`` / ``bmm`` of a [.., M, 1] and a [.., 1, N] operand (k = 1) as their broadcast
+    product, as Inductor decomposes it. Each output is one product rounded once, as the
+    GEMM's is. A llama's rotary angles (inv_freq @ positions) were a cuBLAS launch per step
+    whose float32 result the min-cut partitioner had to save for the backward (it never
+    recomputes a matmul); as a mul they fuse into cos/sin and are recomputed there."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    if (a.dtype != b.dtype or a.is_complex() or not statically_known_true(a.shape[-1] == 1)
+            or not statically_known_true(b.shape[-2] == 1)):
+        return NotImplemented
+    return a * b
+
+
+def cat_of_one_tensor(tensors, dim=0):
+    """``cat([x, x, ...], dim)`` as ``x`` expanded along a new dim before ``dim``, copied
+    and merged with ``dim``, as Inductor's joint-graph passes rewrite it. The min-cut
+    partitioner never recomputes through a cat (it fuses into a cat, not out of one), so a
+    llama's rotary table ``cat((freqs, freqs), -1)`` was saved for the backward in float32;
+    as a copy it is recomputed there from inv_freq and the positions."""
+    from torch._prims_common import suggest_memory_format
+    if len(tensors) < 2 or any(t is not tensors[0] for t in tensors):
+        return NotImplemented
+    x = tensors[0]
+    if x.dim() == 0 or (x.dim() in (4, 5) and suggest_memory_format(x) != torch.contiguous_format):
+        return NotImplemented   # eager's cat keeps a channels-last layout
+    d, copies, shape = dim % x.dim(), len(tensors), list(x.shape)
+    expanded = x.unsqueeze(d).expand(shape[:d] + [copies] + shape[d:])
+    return expanded.clone(memory_format=torch.contiguous_format).view(shape[:d] + [copies * shape[d]] + shape[d + 1:])
+
+
 def table():
     """{aten overload: decomposition} for decompositions.decomposition_table."""
     return {
@@ -128,4 +160,7 @@ def table():
         aten.index_reduce.default: index_reduce,
         aten.as_strided_scatter.default: as_strided_scatter,
         aten.frexp.Tensor: frexp,
+        aten.mm.default: outer_product,
+        aten.bmm.default: outer_product,
+        aten.cat.default: cat_of_one_tensor,
     }
