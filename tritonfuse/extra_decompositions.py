@@ -125,8 +125,7 @@ def outer_product(a, b):
     """``mm`` / ``bmm`` of a [.., M, 1] and a [.., 1, N] operand (k = 1) as their broadcast
     product, as Inductor decomposes it. Each output is one product rounded once, as the
     GEMM's is. A llama's rotary angles (inv_freq @ positions) were a cuBLAS launch per step
-    whose float32 result the min-cut partitioner had to save for the backward (it never
-    recomputes a matmul); as a mul they fuse into cos/sin and are recomputed there."""
+    that the min-cut partitioner never recomputes; as a mul they fuse into their readers."""
     from torch.fx.experimental.symbolic_shapes import statically_known_true
     if (a.dtype != b.dtype or a.is_complex() or not statically_known_true(a.shape[-1] == 1)
             or not statically_known_true(b.shape[-2] == 1)):
