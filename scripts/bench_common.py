@@ -18,6 +18,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -245,6 +246,33 @@ def time_cuda_samples(fn: Callable[[], Any], repeat: int, device: torch.device) 
         ends[i].record()
     synchronize(device)
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+# ~0.1 s on a 1.7-2 GHz GPU: longer than any step's enqueue
+SLEEP_CYCLES = 200_000_000
+
+
+def host_and_device_ms(fn: Callable[[], Any], n: int) -> tuple[float, float, int]:
+    """(median host ms, median device ms, calls whose enqueue outlasted the sleep) of ``fn``
+    on the current CUDA device. Each call is queued whole behind a sleep kernel: its host
+    time is the pure enqueue cost (no launch waits for the device), and CUDA events around
+    it give the pure device time, with no gap left by the host. A host-bound step's
+    pipelined time follows its host time; the device time is what its kernels cost."""
+    host, device, blocked = [], [], 0
+    for _ in range(n):
+        torch.cuda.synchronize()
+        sleep_start, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        sleep_start.record()
+        torch.cuda._sleep(SLEEP_CYCLES)
+        start.record()
+        t0 = time.perf_counter()
+        fn()
+        host.append(1000 * (time.perf_counter() - t0))
+        end.record()
+        torch.cuda.synchronize()
+        device.append(start.elapsed_time(end))
+        blocked += host[-1] >= sleep_start.elapsed_time(start)
+    return statistics.median(host), statistics.median(device), blocked
 
 
 def time_samples(fn: Callable[[], Any], repeat: int, device: torch.device) -> list[float]:

@@ -11,8 +11,10 @@ DYNAMIC_TEXT = {"true": "torch.compile(dynamic=True)",
                 "auto": "Dynamo's default dynamic= (static first, then a symbolic recompile)"}
 
 
-def _steady(res: dict) -> dict[int, float]:
-    return {e["length"]: e["ms"] for e in res["values"].get("second_pass", [])}
+def _steady(res: dict, key: str = "ms") -> dict[int, float]:
+    """Per length, the second pass's median step ("ms", pipelined) or, on CUDA, the step
+    queued behind a sleep ("device_ms": its kernels alone; "host_ms": its enqueue alone)."""
+    return {e["length"]: e[key] for e in res["values"].get("second_pass", []) if e.get(key)}
 
 
 def _ratio_over_lengths(slower: dict[int, float], faster: dict[int, float]) -> float | None:
@@ -52,6 +54,8 @@ def summarize(report: dict) -> dict:
                 "compile_s": _compile_seconds(first, steady),
                 "lengths_done": len(first),
                 "steady_geomean_ms": geomean(list(steady.values())),
+                "device_geomean_ms": geomean(list(_steady(res, "device_ms").values())),
+                "host_geomean_ms": geomean(list(_steady(res, "host_ms").values())),
                 "vs_eager": (_ratio_over_lengths(_steady(eager), steady)
                              if eager and backend != "eager" and not wrong else None),
                 "counters": (first[-1].get("tritonfuse") if first else None),
@@ -60,9 +64,10 @@ def summarize(report: dict) -> dict:
             summary[mode][backend] = entry
         if "inductor" in per_backend and "tritonfuse" in per_backend:
             ok = all(summary[mode][b]["status"] == "ok" for b in ("inductor", "tritonfuse"))
-            summary[mode]["tritonfuse"]["vs_inductor"] = (
-                _ratio_over_lengths(_steady(per_backend["inductor"]), _steady(per_backend["tritonfuse"]))
-                if ok else None)
+            for key, name in (("ms", "vs_inductor"), ("device_ms", "vs_inductor_device")):
+                summary[mode]["tritonfuse"][name] = (
+                    _ratio_over_lengths(_steady(per_backend["inductor"], key),
+                                        _steady(per_backend["tritonfuse"], key)) if ok else None)
     return summary
 
 
@@ -100,10 +105,13 @@ def _mode_tables(report: dict, mode: str, notes: Notes) -> list[str]:
     backends = list(per_backend)
     compiled = [b for b in backends if b != "eager"]
     lengths = report["lengths"]
+    timed_alone = any(summary[b].get("device_geomean_ms") for b in backends)
     header = (["backend", "first call per length (s)", "first pass s", "compile s",
                "Dynamo graphs", "recompiles", "graph breaks"]
               + [title for _, title in COUNTER_COLUMNS]
-              + ["second pass: geomean step ms", "vs eager", "tritonfuse vs inductor", "check"])
+              + ["second pass: geomean step ms", "vs eager", "tritonfuse vs inductor"]
+              + (["device ms", "host ms", "device: tritonfuse vs inductor"] if timed_alone else [])
+              + ["check"])
     rows = []
     for b in backends:
         s = summary[b]
@@ -114,7 +122,10 @@ def _mode_tables(report: dict, mode: str, notes: Notes) -> list[str]:
                     + [_count(s["dynamo"], k) for k in ("graphs", "recompiles", "graph_breaks")]
                     + [_count(s["counters"], k) for k, _ in COUNTER_COLUMNS]
                     + [fmt(s["steady_geomean_ms"]), fmt_ratio(s.get("vs_eager")),
-                       fmt_ratio(s.get("vs_inductor")), _check_text(notes, b, mode, s, lengths)])
+                       fmt_ratio(s.get("vs_inductor"))]
+                    + ([fmt(s["device_geomean_ms"]), fmt(s["host_geomean_ms"]),
+                        fmt_ratio(s.get("vs_inductor_device"))] if timed_alone else [])
+                    + [_check_text(notes, b, mode, s, lengths)])
     lines = markdown_table(header, rows, align_right_from=2)
 
     tf_first = {e["length"]: e for e in per_backend.get("tritonfuse", {}).get("values", {}).get("first_pass", [])}
@@ -124,12 +135,15 @@ def _mode_tables(report: dict, mode: str, notes: Notes) -> list[str]:
     both = "inductor" in per_backend and "tritonfuse" in per_backend
     header = (["length"] + [f"{b} first s" for b in backends] + [f"{b} ms" for b in backends]
               + (["tritonfuse vs inductor"] if both else [])
+              + ([f"{b} device ms" for b in backends] if timed_alone else [])
+              + (["device: tritonfuse vs inductor"] if both and timed_alone else [])
               + [f"{b} graphs / recompiles" for b in compiled])
     if tf_first:
         header += ["tf C++ builds", "tf static specs", "tf eager graphs"]
     firsts = {b: {e["length"]: e for e in per_backend[b]["values"].get("first_pass", [])}
               for b in backends}
     steadies = {b: _steady(per_backend[b]) for b in backends}
+    devices = {b: _steady(per_backend[b], "device_ms") for b in backends}
     rows = []
     for n in lengths:
         row = [str(n)]
@@ -143,6 +157,11 @@ def _mode_tables(report: dict, mode: str, notes: Notes) -> list[str]:
         if both:
             ind, tf = steadies["inductor"].get(n), steadies["tritonfuse"].get(n)
             row.append(fmt_ratio(ind / tf) if ind and tf else "-")
+        if timed_alone:
+            row += [fmt(devices[b].get(n)) for b in backends]
+            if both:
+                ind, tf = devices["inductor"].get(n), devices["tritonfuse"].get(n)
+                row.append(fmt_ratio(ind / tf) if ind and tf else "-")
         for b in compiled:
             dyn = (firsts[b].get(n) or {}).get("dynamo")
             row.append(f"{dyn['graphs']} / {dyn['recompiles']}" if dyn else "-")
@@ -170,8 +189,11 @@ def render_markdown(report: dict) -> str:
              "eager graphs: graphs tritonfuse ran eagerly. Second pass: the median step time "
              "per length; \"vs eager\" and "
              "\"tritonfuse vs inductor\" are geomeans over the lengths of the per-length ratios "
-             "(above 1: faster). Each compiled result is checked against eager and a "
-             "higher-precision reference at every length."]
+             "(above 1: faster). On a GPU, device ms and host ms: the same step queued whole "
+             "behind a sleep kernel (median of 5), so its kernels' time and its enqueue time "
+             "show apart; a step whose host ms exceeds its device ms is host-bound, and its "
+             "pipelined time moves with the host between processes. Each compiled result is "
+             "checked against eager and a higher-precision reference at every length."]
     lines += busy_machine_note(info)
     notes = Notes()
     for mode in report["modes"]:

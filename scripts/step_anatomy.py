@@ -34,10 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scripts import model_zoo as mz  # noqa: E402
 from scripts.bench_accuracy import step_callable  # noqa: E402
-from scripts.bench_common import time_cuda_samples  # noqa: E402
-
-SLEEP_CYCLES = 200_000_000      # ~0.1 s on a 1.7-2 GHz GPU: longer than any step's enqueue
-
+from scripts.bench_common import host_and_device_ms, time_cuda_samples  # noqa: E402
 
 def make_train_step(name: str, backend: str):
     spec = mz.MODELS_BY_NAME.get(name) or mz.text_model(name)
@@ -54,25 +51,6 @@ def make_train_step(name: str, backend: str):
 
 def pipelined_ms(fn, n: int) -> float:
     return statistics.median(time_cuda_samples(fn, n, torch.device("cuda")))
-
-
-def host_and_device_ms(fn, n: int) -> tuple[float, float, int]:
-    """(median host ms, median device ms, steps whose enqueue outlasted the sleep)."""
-    host, device, blocked = [], [], 0
-    for _ in range(n):
-        torch.cuda.synchronize()
-        sleep_start, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        sleep_start.record()
-        torch.cuda._sleep(SLEEP_CYCLES)
-        start.record()
-        t0 = time.perf_counter()
-        fn()
-        host.append(1000 * (time.perf_counter() - t0))
-        end.record()
-        torch.cuda.synchronize()
-        device.append(start.elapsed_time(end))
-        blocked += host[-1] >= sleep_start.elapsed_time(start)
-    return statistics.median(host), statistics.median(device), blocked
 
 
 def family(name: str) -> str:
