@@ -178,3 +178,33 @@ def test_a_cpu_scalar_tensor_is_read_on_the_host(device, dtype, monkeypatch):
             scale = torch.tensor(value, dtype=dtype)
             assert_same(compiled(x, scale), fn(x, scale), atol=1e-5, rtol=1e-5)
     assert tritonfuse.metrics.eager_graphs == 0
+
+
+def test_a_host_scalars_cast_that_eager_keeps_on_the_cpu_is_made_there(device, monkeypatch):
+    # aot_autograd saves eps.to(float32) of an RMSNorm's epsilon (a 0-d CPU tensor under
+    # dynamic=True) for the backward: made on the GPU and copied back, it made the host
+    # wait for every kernel queued before it, once per training step
+    from tritonfuse.graph import GraphLowering
+    monkeypatch.setattr(GraphLowering, "_is_host_scalar", lambda self, t: t.dim() == 0 and t.device.type == "cpu")
+
+    def fn(x, eps):
+        e = eps.to(torch.float32)
+        return x.sin() * e, e, eps.to(torch.float16)
+
+    compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
+    with torch.no_grad():
+        for rows, value in ((4, 1e-6), (5, 0.1), (5, 1 / 3)):
+            x = rand(rows, 64, device=device)
+            eps = torch.tensor(value, dtype=torch.float64)
+            expected = fn(x, eps)
+            if device.startswith("cuda") and rows == 5:       # compiled at rows 4 and 5
+                torch.cuda.set_sync_debug_mode("error")
+            try:
+                actual = compiled(x, eps)
+            finally:
+                if device.startswith("cuda"):
+                    torch.cuda.set_sync_debug_mode(0)
+            for a, e in zip(actual, expected):
+                assert a.device == e.device and a.dtype == e.dtype
+                assert_same(a, e, atol=1e-6, rtol=1e-6)
+    assert tritonfuse.metrics.eager_graphs == 0

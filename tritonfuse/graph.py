@@ -28,6 +28,7 @@ from .layout_opt import (
 from .lowering import Unsupported, lowerings
 from .lowering.input_mutation import write_into_inputs
 from .lowering.reductions import sumexp, sumexp_of_finite_shift
+from .host_scalars import host_fill_value
 from .lowering.registry import make_loader
 from .patterns import match_online_softmax_sum
 
@@ -411,7 +412,17 @@ class GraphLowering(torch.fx.Interpreter):
 
     def _copy_to_device(self, value, meta):
         """An output eager leaves on another device than the one the graph computed it on
-        (a host scalar, inlined into the GPU's kernels, returned as it is): an aten copy."""
+        (a host scalar, inlined into the GPU's kernels, returned as it is): an aten copy,
+        or, for a cast of a host scalar that eager keeps on the CPU, the value made there
+        (no device-to-host copy, which would wait for every kernel queued before it)."""
+        fill = host_fill_value(value, meta) if meta.device.type == "cpu" else None
+        if fill is not None:
+            kernel = FallbackKernel(name=f"fallback{len(self.fallback_kernels)}", op=aten.full.default,
+                                    args=([1] * meta.dim(), fill[0]), kwargs={"dtype": fill[1], "device": meta.device},
+                                    reason="a host scalar's cast that eager keeps on the CPU, made there")
+            self.fallback_kernels.append(kernel)
+            self.operations.append(kernel)
+            return storage_of(self._fallback_outputs(kernel, meta, ())).data
         source = self._fallback_inputs(value, None, exact=False)
         kernel = FallbackKernel(name=f"fallback{len(self.fallback_kernels)}", op=aten._to_copy.default,
                                 args=(source,), kwargs={"device": meta.device},
