@@ -34,7 +34,7 @@ from tritonfuse.dependencies import plan_and_deps, refine_dep, refine_plan
 from tritonfuse.virtualized import set_ops_handler
 
 from .common import (
-    HALF_TYPES, SIZE_PARAMS, STORAGE_TYPES, TILE_COLS, CppVar, _cast_python, _stride, _vector_printer, cexpr, compute_dtype,
+    HALF_TYPES, SIZE_PARAMS, STORAGE_TYPES, CppVar, _cast_python, _stride, _vector_printer, cexpr, compute_dtype,
     cpp_constant, ctype,
 )
 from .lane_pairs import CppLanePairs
@@ -345,7 +345,7 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReadCache, Cpp
             self.tiles[key] = (f"tile{len(self.tiles)}", pointer, index, dtype)
         name = self.tiles[key][0]
         k = len(self.x_sizes) - 1
-        offset = f"(x{k - 1} - x{k - 1}_tile) * {TILE_COLS} + (x{k} - x{k}_tile)"
+        offset = f"(x{k - 1} - x{k - 1}_tile) * kTileCols + (x{k} - x{k}_tile)"
         return self._emit(f"tf::vload<TAIL>({name} + {offset}, count)", dtype, True)
 
 

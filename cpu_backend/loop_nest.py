@@ -1,14 +1,17 @@
 """Loop nests of the C++ backend: the parallel row loop, vector loops with their tails,
 tiles for transposed reads and full reductions split among threads (outer reductions:
 outer_reduction.py). A mixin of CppKernel."""
+import functools
 import math
 
 import sympy
 
 from tritonfuse import sym
 from tritonfuse.codegen.common import IndentedBuffer
+from tritonfuse.dependencies import plan_and_deps, refine_dep
 
 from . import common
+from .cache_sets import rows_share_one_set
 from .common import HALF_TYPES, SIZE_PARAMS, STORAGE_TYPES, TILE_COLS, TILE_ROWS, _stride, cexpr, ctype
 
 SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")   # reductions whose partials combine exactly
@@ -112,24 +115,58 @@ class CppLoopNest:
             return 2 * TILE_ROWS
         return TILE_ROWS
 
+    @property
+    def tile_cols(self) -> int:
+        """Columns of a tile: TILE_COLS; but 32 rows x 32 columns where every row of a
+        row-major buffer falls in one L1 set (cache_sets.py): a tile then uses whole 64-byte
+        lines of those buffers too, which a 16-column tile would leave for the next tile,
+        after the set has evicted them (x.t() + y, 2048x512 bf16: 216 -> 98 us; Inductor 88-105)."""
+        if self.tile_rows > TILE_ROWS and rows_share_one_set(self._row_major_strides):
+            return 2 * TILE_COLS
+        return TILE_COLS
+
+    @functools.cached_property
+    def _row_major_strides(self) -> list[int]:
+        """Row strides in bytes of the buffers this tiled kernel reads or writes along its
+        rows (contiguous along the innermost dim): one entry per buffer whose stride is a
+        number."""
+        k = len(self.x_sizes) - 1
+        inner = sympy.Symbol(f"x{k}", integer=True, nonnegative=True)
+        outer = sympy.Symbol(f"x{k - 1}", integer=True, nonnegative=True)
+        deps = {}
+        for seg in self.segments:
+            for node, xs, rs, _ in seg.layouts:
+                _, reads, write = plan_and_deps(node.buffer, xs, rs)
+                for dep in reads + [write]:
+                    if dep.name not in self.internal:
+                        deps.setdefault(dep.name, refine_dep(dep, self.x_sizes))
+        strides = []
+        for name, dep in deps.items():
+            step = _stride(dep.index, outer)
+            if _stride(dep.index, inner) == 1 and step is not None and sym.is_static(step):
+                itemsize = self.graph.name_to_buffer[name].get_dtype().itemsize
+                strides.append(sym.to_int(step) * itemsize)
+        return strides
+
     def _emit_tiles(self, out, inner):
-        """tile_rows x TILE_COLS blocks of the two innermost dims. A full block (every block
+        """tile_rows x tile_cols blocks of the two innermost dims. A full block (every block
         when the sizes divide) runs with compile-time extents and no tail code, which
         measured ~1.5x faster than the general form; edge blocks take the general form."""
         k = len(self.x_sizes) - 1
         rows, cols = self.x_sizes[k - 1], self.x_sizes[k]
         whole = sym.is_static(rows) and sym.is_static(cols) and \
-            sym.to_int(rows) % self.tile_rows == 0 and sym.to_int(cols) % TILE_COLS == 0
+            sym.to_int(rows) % self.tile_rows == 0 and sym.to_int(cols) % self.tile_cols == 0
         rows, cols = cexpr(rows), cexpr(cols)
         out.writeline(f"for (int64_t x{k - 1}_tile = 0; x{k - 1}_tile < {rows}; x{k - 1}_tile += {self.tile_rows}) {{")
-        out.writeline(f"for (int64_t x{k}_tile = 0; x{k}_tile < {cols}; x{k}_tile += {TILE_COLS}) {{")
+        out.writeline(f"for (int64_t x{k}_tile = 0; x{k}_tile < {cols}; x{k}_tile += {self.tile_cols}) {{")
         with out.indent():
+            out.writeline(f"constexpr int64_t kTileCols = {self.tile_cols};   // a tile row's stride")
             if whole:
                 self._emit_tile(out, inner, full=True)
             else:
                 out.writeline(f"const int64_t x{k - 1}_end = std::min<int64_t>(x{k - 1}_tile + {self.tile_rows}, {rows});")
-                out.writeline(f"const int64_t x{k}_end = std::min<int64_t>(x{k}_tile + {TILE_COLS}, {cols});")
-                out.writeline(f"if (x{k - 1}_end - x{k - 1}_tile == {self.tile_rows} && x{k}_end - x{k}_tile == {TILE_COLS}) {{")
+                out.writeline(f"const int64_t x{k}_end = std::min<int64_t>(x{k}_tile + {self.tile_cols}, {cols});")
+                out.writeline(f"if (x{k - 1}_end - x{k - 1}_tile == {self.tile_rows} && x{k}_end - x{k}_tile == {self.tile_cols}) {{")
                 with out.indent():
                     self._emit_tile(out, inner, full=True)
                 out.writeline("} else {")
@@ -141,12 +178,12 @@ class CppLoopNest:
 
     def _emit_tile(self, out, inner, full: bool):
         """One block: its tile fills, then its rows in vector chunks. ``full``: the block's
-        extents are tile_rows x TILE_COLS (constants); else they end at x{k-1}_end/x{k}_end."""
+        extents are tile_rows x tile_cols (constants); else they end at x{k-1}_end/x{k}_end."""
         k = len(self.x_sizes) - 1
         row_end = f"x{k - 1}_tile + {self.tile_rows}" if full else f"x{k - 1}_end"
-        col_end = f"x{k}_tile + {TILE_COLS}" if full else f"x{k}_end"
+        col_end = f"x{k}_tile + {self.tile_cols}" if full else f"x{k}_end"
         self._emit_tile_fills(out, str(self.tile_rows) if full else f"x{k - 1}_end - x{k - 1}_tile",
-                              str(TILE_COLS) if full else f"x{k}_end - x{k}_tile")
+                              str(self.tile_cols) if full else f"x{k}_end - x{k}_tile")
         out.writeline(f"for (int64_t x{k - 1} = x{k - 1}_tile; x{k - 1} < {row_end}; ++x{k - 1}) {{")
         out.writeline(f"for (int64_t x{k} = x{k}_tile; x{k} < {col_end}; x{k} += tf::kVecLanes) {{")
         with out.indent():
@@ -321,7 +358,7 @@ class CppLoopNest:
             outer_hint = math.prod(hints[:-2 if self.tiled else -1 if self.axis == "x" else len(hints)])
             if self.tiled:
                 outer_names, outer_sizes = outer_names[:-2], outer_sizes[:-2]
-                outer_count = outer_hint * -(-hints[-2] // self.tile_rows) * -(-hints[-1] // TILE_COLS)
+                outer_count = outer_hint * -(-hints[-2] // self.tile_rows) * -(-hints[-1] // self.tile_cols)
             elif self.axis == "x":
                 outer_names, outer_sizes = outer_names[:-1], outer_sizes[:-1]
                 outer_count = outer_hint * -(-hints[-1] // 16)
@@ -366,9 +403,9 @@ class CppLoopNest:
         outer = sympy.Symbol(f"x{k - 1}", integer=True, nonnegative=True)
         inner = sympy.Symbol(f"x{k}", integer=True, nonnegative=True)
         for name, pointer, index, dtype in self.tiles.values():
-            out.writeline(f"alignas(64) {ctype(dtype)} {name}[{self.tile_rows * TILE_COLS}];")
+            out.writeline(f"alignas(64) {ctype(dtype)} {name}[{self.tile_rows * self.tile_cols}];")
             corner = index.xreplace({outer: sympy.Symbol(f"x{k - 1}_tile", integer=True),
                                      inner: sympy.Symbol(f"x{k}_tile", integer=True)})
             copy = f"transpose_{HALF_TYPES[dtype]}_to_tile" if dtype in HALF_TYPES else "transpose_to_tile"
-            out.writeline(f"tf::{copy}<{TILE_COLS}>({pointer} + {cexpr(corner)}, "
+            out.writeline(f"tf::{copy}<{self.tile_cols}>({pointer} + {cexpr(corner)}, "
                           f"{_stride(index, inner)}, {name}, {row_count}, {col_count});")
