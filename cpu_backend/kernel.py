@@ -48,6 +48,10 @@ from .scan import CppScans
 from .scatter import CppScatter
 
 
+# Reductions over fewer elements than this vectorize along x when r is strided.
+SHORT_REDUCTION = 8
+
+
 class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReadCache, CppLanePairs, CppReductions,
                 CppScans, CppScatter):
     def __init__(self, group, internal, graph, name, num_threads, in_place=None, row_blocks=True):
@@ -108,17 +112,28 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReadCache, Cpp
         r_var = sympy.Symbol(f"r{len(self.r_sizes) - 1}", integer=True, nonnegative=True)
         x_var = sympy.Symbol(f"x{len(self.x_sizes) - 1}", integer=True, nonnegative=True) if self.x_sizes else None
         r_contiguous = x_contiguous = True
+        x_walks = False     # some read walks memory along x (stride 1)
         for node, xs, rs, kind in layouts:
             for dep in self.node_reads(node, xs, rs):
                 if dep.name in self.group.names:
                     continue
                 if _stride(dep.index, r_var) not in (0, 1):
                     r_contiguous = False
-                if x_var is None or _stride(dep.index, x_var) not in (0, 1):
+                x_stride = _stride(dep.index, x_var) if x_var is not None else None
+                if x_stride not in (0, 1):
                     x_contiguous = False
+                x_walks = x_walks or x_stride == 1
         if not r_contiguous and x_contiguous and self.x_sizes:
             return "x"
+        if not r_contiguous and x_walks and self._reduces_fewer_than(SHORT_REDUCTION):
+            # a reduction of a few strided elements (GQA's sum over the heads sharing a KV
+            # head, in the backward): vectors along r would hold that few lanes, gathered
+            return "x"
         return "r"
+
+    def _reduces_fewer_than(self, count: int) -> bool:
+        numel = sympy.Mul(*self.r_sizes)
+        return sym.is_static(numel) and sym.to_int(numel) < count
 
     def node_reads(self, node, x_sizes, r_sizes):
         """The node's reads over the kernel's row dims."""

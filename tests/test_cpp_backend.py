@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import tritonfuse
-from common import allocation_count, check, kernel_count, rand
+from common import allocation_count, assert_same, check, kernel_count, rand
 from conftest import DEVICE_MATRIX
 
 pytestmark = pytest.mark.skipif(not any(e[0] == "cpu" for e in DEVICE_MATRIX),
@@ -166,6 +166,46 @@ def test_tiles_are_32_square_where_rows_share_one_l1_set(rows, cols, dtype, monk
     z = rand(2 * rows, 1000, dtype=dtype)                     # rows 2000 bytes apart: 32x16
     sources = check(lambda a, b: a.t() + b, z, rand(1000, 2 * rows, dtype=dtype), atol=1e-2, rtol=1e-2)
     assert copy.replace("<32>", "<16>") in sources[1], sources[1]
+
+
+def test_a_short_strided_reduction_vectorizes_along_rows():
+    # GQA's backward sums the heads that share a KV head: 2 elements 16 apart per output.
+    # Vectors along r would hold 2 gathered lanes (and the epilogue's sin ran in scalars:
+    # 106 us a call on the dynamic llama step, now 18); along x they are whole loads
+    # (symbolic lengths keep the dims apart; the frequencies are read as w[x % 8]: a gather
+    # along x too)
+    from tritonfuse.testing import run_and_get_code
+
+    def fn(a, f):
+        positions = torch.arange(a.shape[3], dtype=torch.float32)[:, None]
+        return a.sum(2) * (positions * torch.cat([f, f])).sin()
+
+    compiled = torch.compile(fn, backend="tritonfuse")
+    w = rand(8)
+    generated = []
+    for length in (64, 37):        # one compile with a symbolic length, then another length
+        x = rand(4, 2, 2, length, 16)
+        torch._dynamo.mark_dynamic(x, 3)
+        actual, sources = run_and_get_code(compiled, x, w)
+        assert_same(actual, fn(x, w), atol=1e-5, rtol=1e-5)
+        generated += sources[1:]
+    assert "r0_lanes" not in generated[0] and "tf::vload<TAIL>(in_ptr0" in generated[0], generated
+
+
+def test_a_costly_value_read_through_views_is_computed_once():
+    # the rotary table: cos(positions x frequencies), unsqueezed and read for q and for k in
+    # every layer; the C++ backend keeps it in a buffer instead of recomputing the cosine
+    # for every batch row and head of each reader
+    positions, freqs = rand(64), rand(8)
+    q, k = rand(4, 3, 64, 8), rand(4, 2, 64, 8)
+
+    def fn(p, f, q, k):
+        table = torch.outer(p, f).cos().unsqueeze(0).unsqueeze(0)
+        return q * table, k * table, (q * table).sum()
+
+    sources = check(fn, positions, freqs, q, k, atol=1e-4, rtol=1e-4)
+    kernels = [kernel for source in sources[1:] for kernel in source.split('extern "C"')[1:]]
+    assert sum("tf::cos(" in kernel for kernel in kernels) == 1, sources
 
 
 def test_transposed_and_gathered_access():

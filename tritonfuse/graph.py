@@ -352,13 +352,18 @@ class GraphLowering(torch.fx.Interpreter):
         is costly: many users, many loads, or (on backends that prefer it, like the C++
         one, where a row-sized buffer stays in cache) transcendental math."""
         box = storage_of(value)
+        # a view read by several consumers (the rotary table's cos.unsqueeze(1), read for
+        # q and for k in every layer): its costly base is what each would recompute
+        through_view = box is None
+        if through_view:
+            box = _view_base(value)
         if box is None or box.is_realized() or not isinstance(box.data, Pointwise):
             return
         loads, expensive = count_ops(box.data)
         # in eager's layout: a fallback reading it later (SDPA, whose output follows its
         # query's layout) then gets what eager passes, and its outputs eager's strides
         layout = self.preferred_layout(box, self.current_node) if value.data is box else None
-        if users > realize_reads_threshold or loads > realize_loads_threshold:
+        if not through_view and (users > realize_reads_threshold or loads > realize_loads_threshold):
             box.realize(layout)
         elif expensive and prefers_materialized_reuse(box.data.get_device().type):
             box.realize(layout)
