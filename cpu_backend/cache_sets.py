@@ -1,4 +1,4 @@
-"""Which rows of a tile fight over L1 sets: the host's L1 geometry and a conflict test.
+"""Which rows of a tile fight over one L1 set: the host's L1 sets and a conflict test.
 
 A tiled kernel (a transposed read) walks ``rows`` rows of its row-major buffers at once:
 tile after tile along a row, each tile touching the same ``rows`` cache lines of every
@@ -13,41 +13,31 @@ the transposed input half at a time).
 from __future__ import annotations
 
 import functools
-import math
 from pathlib import Path
 
 LINE_BYTES = 64
-DEFAULT_SETS, DEFAULT_WAYS = 64, 8      # 32 KB, 8-way: the smallest L1D of current x86 cores
+DEFAULT_SETS = 64      # 32 or 48 KB L1Ds of current x86 cores: 64 sets of 64-byte lines
 
 
 @functools.lru_cache(maxsize=None)
-def l1_geometry() -> tuple[int, int]:
-    """(sets, ways) of this CPU's L1 data cache (sysfs), or the defaults where unknown."""
+def l1_sets() -> int:
+    """Sets of this CPU's L1 data cache (sysfs), or DEFAULT_SETS where unknown."""
     base = Path("/sys/devices/system/cpu/cpu0/cache")
     try:
         for index in sorted(base.glob("index*")):
             if (index / "level").read_text().strip() == "1" and \
                     (index / "type").read_text().strip() in ("Data", "Unified"):
                 sets = int((index / "number_of_sets").read_text())
-                ways = int((index / "ways_of_associativity").read_text())
-                if sets > 0 and ways > 0:
-                    return sets, ways
+                if sets > 0:
+                    return sets
     except (OSError, ValueError):
         pass
-    return DEFAULT_SETS, DEFAULT_WAYS
-
-
-def sets_of_rows(row_stride_bytes: int, rows: int, sets: int) -> int:
-    """How many L1 sets ``rows`` lines ``row_stride_bytes`` apart fall in."""
-    if row_stride_bytes % LINE_BYTES:
-        return min(rows, sets)      # the lines drift across sets from row to row
-    step = (row_stride_bytes // LINE_BYTES) % sets
-    return min(rows, sets // math.gcd(step, sets)) if step else 1
+    return DEFAULT_SETS
 
 
 def rows_share_one_set(row_strides_bytes: list[int]) -> bool:
-    """Whether every row of some row-major buffer falls in the same L1 set (its row stride
-    a multiple of sets x line bytes: 4 KB on 64-set caches). A tile's rows of such a
-    buffer all compete for that one set's ways, tile after tile."""
-    sets, _ = l1_geometry()
-    return any(stride > 0 and sets_of_rows(stride, 2, sets) == 1 for stride in row_strides_bytes)
+    """Whether every row of some row-major buffer falls in the same L1 set: its row stride
+    a multiple of sets x line bytes (4 KB on 64-set caches). A tile's rows of such a buffer
+    all compete for that one set's ways, tile after tile."""
+    period = l1_sets() * LINE_BYTES
+    return any(stride > 0 and stride % period == 0 for stride in row_strides_bytes)

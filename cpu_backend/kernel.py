@@ -132,7 +132,7 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReadCache, Cpp
         return "r"
 
     def _reduces_fewer_than(self, count: int) -> bool:
-        numel = sympy.Mul(*self.r_sizes)
+        numel = self.group.r_numel
         return sym.is_static(numel) and sym.to_int(numel) < count
 
     def node_reads(self, node, x_sizes, r_sizes):

@@ -26,7 +26,6 @@ import io
 import pstats
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -35,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scripts import model_zoo as mz  # noqa: E402
 from scripts.bench_accuracy import step_callable  # noqa: E402
 from scripts.bench_common import host_and_device_ms, time_cuda_samples  # noqa: E402
+
 
 def make_train_step(name: str, backend: str):
     spec = mz.MODELS_BY_NAME.get(name) or mz.text_model(name)

@@ -157,7 +157,7 @@ def test_tiles_are_32_square_where_rows_share_one_l1_set(rows, cols, dtype, monk
     # 32x16 tile leaves half of each of their lines for the next tile, after the set
     # evicted them (x.t() + y at 2048x512 bf16: 216 us, Inductor 90-105); a 32x32 tile uses
     # whole lines (98 us). Edge tiles: 500 and 70 rows
-    monkeypatch.setattr("cpu_backend.cache_sets.l1_geometry", lambda: (64, 8))
+    monkeypatch.setattr("cpu_backend.cache_sets.l1_sets", lambda: 64)
     x = rand(rows, cols, dtype=dtype)                        # rows 4 and 8 KB apart
     y = rand(cols, rows, dtype=dtype)
     sources = check(lambda a, b: a.t() + b, x, y, atol=1e-2, rtol=1e-2)

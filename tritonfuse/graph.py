@@ -422,19 +422,21 @@ class GraphLowering(torch.fx.Interpreter):
         (no device-to-host copy, which would wait for every kernel queued before it)."""
         fill = host_fill_value(value, meta) if meta.device.type == "cpu" else None
         if fill is not None:
-            kernel = FallbackKernel(name=f"fallback{len(self.fallback_kernels)}", op=aten.full.default,
-                                    args=([1] * meta.dim(), fill[0]), kwargs={"dtype": fill[1], "device": meta.device},
-                                    reason="a host scalar's cast that eager keeps on the CPU, made there")
-            self.fallback_kernels.append(kernel)
-            self.operations.append(kernel)
-            return storage_of(self._fallback_outputs(kernel, meta, ())).data
-        source = self._fallback_inputs(value, None, exact=False)
-        kernel = FallbackKernel(name=f"fallback{len(self.fallback_kernels)}", op=aten._to_copy.default,
-                                args=(source,), kwargs={"device": meta.device},
-                                reason="an output eager keeps on another device")
+            kernel = self._add_fallback_kernel(aten.full.default, ([1] * meta.dim(), fill),
+                                               {"dtype": meta.dtype, "device": meta.device},
+                                               "a host scalar's cast that eager keeps on the CPU, made there")
+        else:
+            kernel = self._add_fallback_kernel(aten._to_copy.default, (self._fallback_inputs(value, None, exact=False),),
+                                               {"device": meta.device}, "an output eager keeps on another device")
+        return storage_of(self._fallback_outputs(kernel, meta, ())).data
+
+    def _add_fallback_kernel(self, op, args, kwargs, reason) -> FallbackKernel:
+        """A FallbackKernel running ``op`` on IR arguments, registered to run here."""
+        kernel = FallbackKernel(name=f"fallback{len(self.fallback_kernels)}", op=op, args=tuple(args),
+                                kwargs=kwargs, reason=reason)
         self.fallback_kernels.append(kernel)
         self.operations.append(kernel)
-        return storage_of(self._fallback_outputs(kernel, meta, ())).data
+        return kernel
 
     # ---- fallbacks ------------------------------------------------------------------
     def make_fallback(self, target, args, kwargs, reason):
@@ -472,10 +474,7 @@ class GraphLowering(torch.fx.Interpreter):
             else:
                 ir_args = self._fallback_inputs(args, node.args, exact=True)
                 ir_kwargs = {k: self._fallback_inputs(v, fx_kwargs.get(k), exact=True) for k, v in kwargs.items()}
-        kernel = FallbackKernel(name=f"fallback{len(self.fallback_kernels)}", op=target, args=tuple(ir_args),
-                                kwargs=ir_kwargs, reason=reason)
-        self.fallback_kernels.append(kernel)
-        self.operations.append(kernel)
+        kernel = self._add_fallback_kernel(target, ir_args, ir_kwargs, reason)
         return self._fallback_outputs(kernel, meta, ())
 
     def strided_input(self, value, fx_value):

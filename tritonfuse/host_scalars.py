@@ -8,8 +8,8 @@ value computed from it alone, which eager keeps on the CPU (aot_autograd saves
 device-to-host copy: the host waits for every kernel queued before it, once per step.
 
 ``host_fill_value`` finds such a value that is only a cast of a host scalar, a size or a
-constant: ``torch.full(size, value, dtype=dtype)`` on the host then gives exactly eager's
-result, with no copy.
+constant: ``torch.full(size, value, dtype=meta.dtype)`` on the host then gives exactly
+eager's result, with no copy.
 """
 from __future__ import annotations
 
@@ -53,8 +53,9 @@ def _keeps_value_for(dtype: torch.dtype, final: torch.dtype) -> bool:
 
 
 def host_fill_value(value, meta: torch.Tensor):
-    """(fill value, dtype) when ``value`` (an IR TensorBox) holds one element that is a cast
-    of a host scalar, a size or a constant, read without any buffer; else None."""
+    """The fill value (a number or a size/host-scalar expression) of ``torch.full`` in
+    ``meta.dtype`` when ``value`` (an IR TensorBox) holds one element that is a cast of a
+    host scalar, a size or a constant, read without any buffer; else None."""
     if meta.dtype.is_complex or meta.dtype == torch.bool or \
             not all(isinstance(s, int) and s == 1 for s in meta.shape):
         return None
@@ -71,4 +72,4 @@ def host_fill_value(value, meta: torch.Tensor):
         return None
     if source.is_floating_point and not meta.dtype.is_floating_point:
         return None     # float -> integer truncates: left to the general path
-    return fill, meta.dtype
+    return fill
