@@ -46,14 +46,15 @@ from .reductions import CppReductions
 from .row_blocks import CppRowBlocks, _Decline
 from .scan import CppScans
 from .scatter import CppScatter
+from .welford_rows import CppWelfordRows
 
 
 # Reductions over fewer elements than this vectorize along x when r is strided.
 SHORT_REDUCTION = 8
 
 
-class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReadCache, CppLanePairs, CppReductions,
-                CppScans, CppScatter):
+class CppKernel(CppLoopNest, CppOuterReductions, CppWelfordRows, CppRowBlocks, CppReadCache, CppLanePairs,
+                CppReductions, CppScans, CppScatter):
     def __init__(self, group, internal, graph, name, num_threads, in_place=None, row_blocks=True):
         self.init_args = (group, internal, graph, name, num_threads, in_place)
         self.no_row_blocks = not row_blocks
@@ -84,6 +85,7 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppRowBlocks, CppReadCache, Cpp
         self.finished_reductions = {}
         self.split = False        # a full reduction split among threads (loop_nest.py)
         self.partials = None      # an outer reduction's accumulator rows (outer_reduction.py)
+        self.welford_rows = []    # its Welford accumulators (welford_rows.py)
         self.block_width = None
         self._vector_indirect = set()
         self.indirect_sizes = {}  # indirect index variable -> the size of the dim it indexes

@@ -87,7 +87,11 @@ class CppReductions:
         acc = f"acc{self.acc_counter}"
         self.acc_counter += 1
         vector = self._vec_if(value, True)
-        if self.axis == "x":   # lanes are rows
+        if self.partials is not None:   # an outer reduction: accumulator rows (outer_reduction.py)
+            m2 = f"acc{self.acc_counter}"
+            self.acc_counter += 1
+            result = self._rows_welford_op(vector, acc, m2, t, dtype)
+        elif self.axis == "x":   # lanes are rows
             self.pre.writeline(f"tf::Welford<tf::Vec<{t}>> {acc};")
             self.code.writeline(f"{acc} = tf::welford_update({acc}, {vector});")
             result = (CppVar(f"{acc}.mean", dtype, True), CppVar(f"{acc}.m2", dtype, True))

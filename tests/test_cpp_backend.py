@@ -73,6 +73,48 @@ def test_outer_reduction_forms(shape, dim, form, dtype, monkeypatch):
     assert ("_partial" in kernel) == (form == "partial rows"), kernel
 
 
+@pytest.mark.parametrize("shape, dims, form", [
+    ((8, 64, 56, 56), (0, 2, 3), "registers"),   # channels-last batch-norm statistics: 64 outputs
+    ((20000, 8), (0,), "partial rows"),          # rows of 8: not whole vectors, kept in memory
+    ((17000, 40), (0,), "partial rows"),
+    ((17000, 300), (0,), "partial rows"),        # rows wider than the registers
+    ((2, 17000, 48), (1,), "row blocks"),        # a strip of whole vectors per outer row
+    ((3, 17000, 40), (1,), "row blocks"),        # blocks with a tail
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_welford_in_accumulator_rows(shape, dims, form, dtype, monkeypatch):
+    # var_mean over outer dims, longer than two_pass_variance_max_row: one Welford pass in
+    # the outer-reduction forms (it did not compile: the graph ran eagerly). The cascade
+    # (welford_rows.WELFORD_CHUNK) keeps the mean of values around 5 within 1e-5.
+    monkeypatch.setattr("cpu_backend.scheduling.default_num_threads", lambda: 2)   # the forms depend on it
+    x = (rand(*shape) + 5).to(dtype)
+    if len(shape) == 4:
+        x = x.to(memory_format=torch.channels_last)
+    tol = dict(atol=1e-5, rtol=1e-6) if dtype == torch.float32 else dict(atol=2e-2, rtol=1e-2)
+    sources = check(lambda a: torch.var_mean(a, dim=dims, correction=1), x, **tol)
+    kernel = sources[1]
+    assert "welford_row_update" in kernel, kernel
+    assert ("_partial" in kernel) == (form != "row blocks"), kernel
+    assert ("acc0_row[kRows]" in kernel) == (form == "registers"), kernel
+
+
+def test_channels_last_batch_norm_training_statistics():
+    # forward and backward of a batch norm in training on a channels-last input
+    x = (rand(8, 64, 30, 30) + 2).to(memory_format=torch.channels_last).requires_grad_()
+    w, b, weights = rand(64).requires_grad_(), rand(64).requires_grad_(), rand(8, 64, 30, 30)
+
+    def step(x, w, b, running_mean, running_var):
+        out = torch.nn.functional.batch_norm(x, running_mean, running_var, w, b, training=True)
+        return out, running_mean, running_var, torch.autograd.grad((out * weights).sum(), (x, w, b))
+
+    expected = step(x, w, b, torch.zeros(64), torch.ones(64))
+    actual = torch.compile(step, backend="tritonfuse")(x, w, b, torch.zeros(64), torch.ones(64))
+    assert tritonfuse.metrics.eager_graphs == 0
+    # the weight's gradient sums 7200 terms to a few hundred: 1e-2 is 3e-5 of its scale
+    assert_same(actual, expected, atol=1e-2, rtol=1e-4)
+    assert actual[0].stride() == expected[0].stride()
+
+
 @pytest.mark.parametrize("make", [
     lambda dtype: rand(513, 1531, dtype=dtype),                # odd sizes, a tail
     lambda dtype: rand(2048, 512, dtype=dtype),
@@ -275,6 +317,7 @@ def test_fewer_openmp_threads_than_requested(tmp_path):
         "torch.set_num_threads(4)\n"
         "tritonfuse.config.cpu_backend = 'cpp'\n"
         "cases = [(lambda a: (a.sum(0), a.amax(0)), torch.randn(100000, 16)),\n"   # partial rows
+        "         (lambda a: torch.var_mean(a, 0), torch.randn(100000, 16)),\n"     # and their Welford
         "         (lambda a: (a.sum(), a.amin()), torch.randn(1000003))]\n"         # a split full reduction
         "for fn, x in cases:\n"
         "    for got, want in zip(torch.compile(fn, backend='tritonfuse')(x), fn(x)):\n"

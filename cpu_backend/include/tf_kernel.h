@@ -468,6 +468,59 @@ TF_INLINE void welford_add(WelfordAcc<T>& acc, const Vec<T>& x, int count) {
     }
 }
 
+// Welford in accumulator rows (outer reductions: lanes are outputs). Every slot of a
+// thread's rows has seen the same number of steps, so the caller passes one reciprocal of
+// the step count for all of them.
+template <bool TAIL, typename T>
+TF_INLINE void welford_row_update(T* mean, T* m2, const Vec<T>& x, T reciprocal, int count) {
+    const Vec<T> old_mean = vload<TAIL>(mean, count);
+    const Vec<T> delta = x - old_mean;
+    const Vec<T> new_mean = old_mean + delta * Vec<T>(reciprocal);
+    vstore<TAIL>(mean, new_mean, count);
+    vstore<TAIL>(m2, vload<TAIL>(m2, count) + delta * (x - new_mean), count);
+}
+
+// Fold a chunk of Welford rows (n slots of `steps` steps each) into the totals (n slots
+// of `total_steps` steps each), Chan's combination, and start the chunk over.
+template <typename T>
+TF_INLINE void welford_rows_fold(T* mean, T* m2, T* total_mean, T* total_m2, T& steps, T& total_steps,
+                                 int64_t n) {
+    if (steps == T(0)) return;
+    const T weight = total_steps + steps;
+    const T share = steps / weight;
+    const T cross = total_steps * share;
+    for (int64_t i = 0; i < n; ++i) {
+        const T delta = mean[i] - total_mean[i];
+        total_mean[i] += delta * share;
+        total_m2[i] += m2[i] + delta * delta * cross;
+        mean[i] = T(0);
+        m2[i] = T(0);
+    }
+    total_steps = weight;
+    steps = T(0);
+}
+
+// The same fold in whole vectors, the slots' loop unrolled by the caller (so that rows kept
+// in registers stay there): first the two shares, once, then each vector of slots.
+template <typename T>
+TF_INLINE void welford_fold_shares(T& steps, T& total_steps, T& share, T& cross) {
+    const T weight = total_steps + steps;
+    share = steps / weight;
+    cross = total_steps * share;
+    total_steps = weight;
+    steps = T(0);
+}
+
+template <typename T>
+TF_INLINE void welford_fold_vec(T* mean, T* m2, T* total_mean, T* total_m2, T share, T cross) {
+    const Vec<T> chunk_mean = Vec<T>::load(mean), old_mean = Vec<T>::load(total_mean);
+    const Vec<T> delta = chunk_mean - old_mean;
+    (old_mean + delta * Vec<T>(share)).store(total_mean);
+    (Vec<T>::load(total_m2) + Vec<T>::load(m2) + delta * delta * Vec<T>(cross)).store(total_m2);
+    Vec<T>(T(0)).store(mean);
+    Vec<T>(T(0)).store(m2);
+}
+
 template <typename T>
 TF_INLINE Welford<T> welford_finish(WelfordAcc<T> acc) {
     acc.lanes.weight = Vec<T>(acc.steps);
