@@ -105,6 +105,34 @@ def test_a_runtime_scalar_reaches_the_kernels(device):
     assert tritonfuse.metrics.generated_kernel_count >= 1
 
 
+def test_loads_that_no_row_indexes_have_no_row_mask(device):
+    # the rows (symbolic, and 7, 13: no block divides them) need xmask; a 0-d scale and a
+    # weight read along the reduced dim do not: their addresses are valid in every row
+    from tritonfuse.testing import run_and_get_code
+
+    def fn(x, w, scale):
+        return ((x * w) * scale).sum(-1), (x + scale).amax(-1)
+
+    compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
+    w, scale = rand(300, device=device), rand((), device=device)
+    sources = []
+    with torch.no_grad():
+        for rows in (7, 13, 64):
+            x = rand(rows, 300, device=device)
+            actual, code = run_and_get_code(compiled, x, w, scale)
+            assert_same(actual, fn(x, w, scale), atol=1e-4, rtol=1e-5)
+            sources += code
+    assert tritonfuse.metrics.eager_graphs == 0
+    kernels = "\n".join(s for s in sources if "@triton.jit" in s)
+    if not kernels:
+        pytest.skip("a C++ column: no Triton kernels")
+    row_free = [line for line in kernels.splitlines() if "tl.load(" in line
+                and "x" not in line.split("tl.load(")[1].split(")")[0].split("+", 1)[1]]
+    assert row_free, kernels
+    assert not [line for line in row_free if "xmask" in line], kernels
+    assert "xmask" in kernels
+
+
 def _fail_symbolic_compiles(monkeypatch):
     """Make the symbolic compile fail, as an op that needs a concrete size would."""
     from tritonfuse import compile_fx

@@ -239,12 +239,23 @@ class TritonKernel:
             return "[XBLOCK]"
         return "[XBLOCK, RBLOCK]" if self.node_kind in ("xr", "scan") else "[XBLOCK, 1]"
 
-    def _mask_for(self, index) -> Optional[str]:
+    def _mask_for(self, index, load=False) -> Optional[str]:
+        """The mask of a load or store at ``index``. A load whose index does not depend on
+        the y (x) variables needs no ymask (xmask): its address is in bounds for every row,
+        and what a masked-off row computes from it is never stored (reductions mask their
+        own inputs). Masking it anyway costs: a 0-d scalar read under xmask in every step of
+        a reduction's loop made the cross-entropy backward of a symbolic Llama (1792 x 32000
+        bf16, H200) 125 us against 96 us unmasked. An indirect index keeps every mask."""
         parts = []
-        uses_r = self._value_over_r() and any(s.name.startswith("r") for s in index.free_symbols)
-        if self.needs_ymask:
+        names = [s.name for s in index.free_symbols if not sym.is_size_symbol(s)]
+        uses_r = self._value_over_r() and any(name.startswith("r") for name in names)
+        indirect = any(not name.startswith(("x", "y", "r")) for name in names)
+
+        def needed(prefix):
+            return not load or indirect or any(name.startswith(prefix) for name in names)
+        if self.needs_ymask and needed("y"):
             parts.append("ymask")
-        if self.needs_xmask:
+        if self.needs_xmask and needed("x"):
             parts.append("xmask")
         if self.needs_rmask and uses_r:
             parts.append("rmask")
@@ -264,7 +275,7 @@ class TritonKernel:
         dtype = buffer.get_dtype()
         pointer = self.args.input(name)
         index = self.kernel_index(index)
-        mask = self._mask_for(index)
+        mask = self._mask_for(index, load=True)
         expr = f"tl.load({pointer} + ({self._pointer_offset(index)})"
         expr += f", {mask}, other=0" if mask else ""
         if self.looped and self.segment.loop:
