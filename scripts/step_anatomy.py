@@ -2,6 +2,7 @@
 
     python scripts/step_anatomy.py llama --backends inductor,tritonfuse
     python scripts/step_anatomy.py vit --backends tritonfuse --kernels 80 --host-profile 30
+    python scripts/step_anatomy.py llama-gqa --lengths 128,448 --by-time   # a symbolic recompile
 
 For each backend, in one process per call of this script (run it once per backend for a
 clean host), the step of scripts/model_zoo.py (bf16, gradients cleared, as bench.py's
@@ -26,6 +27,7 @@ import io
 import pstats
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -36,17 +38,27 @@ from scripts.bench_accuracy import step_callable  # noqa: E402
 from scripts.bench_common import host_and_device_ms, time_cuda_samples  # noqa: E402
 
 
-def make_train_step(name: str, backend: str):
+def make_train_step(name: str, backend: str, lengths=(), batch=None):
+    """The model's training step, compiled by ``backend``. With ``lengths`` (a text model,
+    as in bench.py --suite dynamic): compiled in Dynamo's default mode and called once at
+    each length, so that the first compiles statically and the next recompile
+    symbolically; the step returned runs at the last length."""
     spec = mz.MODELS_BY_NAME.get(name) or mz.text_model(name)
     dev = torch.device("cuda")
     step, _ = mz.make_step(spec, "train", dev, torch.bfloat16)
     if backend != "eager":
         if backend == "tritonfuse":
             import tritonfuse  # noqa: F401
-        compiled = torch.compile(step, backend=backend)
+        compiled = torch.compile(step, backend=backend, dynamic=None if lengths else False)
     else:
         compiled = step
-    return step_callable(step, compiled, mz.make_batch(spec, "train", dev, torch.bfloat16), train=True)
+    if not lengths:
+        return step_callable(step, compiled, mz.make_batch(spec, "train", dev, torch.bfloat16), train=True)
+    for n in lengths:
+        fn = step_callable(step, compiled, mz.make_batch(spec, "train", dev, torch.bfloat16, batch=batch,
+                                                         length=n, seed=n), train=True)
+        fn()
+    return fn
 
 
 def pipelined_ms(fn, n: int) -> float:
@@ -65,7 +77,7 @@ def family(name: str) -> str:
     return "other aten"
 
 
-def kernel_census(fn, top: int) -> None:
+def kernel_census(fn, top: int, by_time: bool = False) -> None:
     from torch.profiler import ProfilerActivity, profile
     steps = 3
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -82,7 +94,9 @@ def kernel_census(fn, top: int) -> None:
     total = sum(c for c, _ in by_family.values()) / steps
     print(f"   kernels/step {total:.0f}: " + ", ".join(
         f"{fam} {c / steps:.0f} ({t / steps / 1000:.3f} ms)" for fam, (c, t) in sorted(by_family.items())))
-    for e in sorted(events, key=lambda e: (-e.count, -e.self_device_time_total))[:top]:
+    order = ((lambda e: -e.self_device_time_total) if by_time else
+             (lambda e: (-e.count, -e.self_device_time_total)))
+    for e in sorted(events, key=order)[:top]:
         print(f"   {e.count // steps:4d}x {e.self_device_time_total / steps / 1000:7.3f} ms  {e.key[:120]}")
 
 
@@ -105,9 +119,15 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--kernels", type=int, default=40, help="most launched kernels to list")
     p.add_argument("--host-profile", type=int, default=0, help="cProfile rows (0: none)")
+    p.add_argument("--lengths", default="", help="sequence lengths, comma-separated: compile in Dynamo's "
+                   "default mode over them (the first static, then a symbolic recompile) and time the last "
+                   "(e.g. llama-gqa --lengths 128,192,448, bench.py --suite dynamic's model)")
+    p.add_argument("--batch", type=int, default=4, help="batch size with --lengths")
+    p.add_argument("--by-time", action="store_true", help="list kernels by device time, not by launches")
     args = p.parse_args(argv)
+    lengths = [int(n) for n in args.lengths.split(",") if n]
     for backend in args.backends.split(","):
-        fn = make_train_step(args.model, backend)
+        fn = make_train_step(args.model, backend, lengths, args.batch)
         t0 = time.perf_counter()
         for _ in range(3):
             fn()
@@ -121,7 +141,7 @@ def main(argv=None) -> None:
         print(f"== {args.model} {backend}: pipelined {pipe:.3f} ms, host {host:.3f} ms, device {device:.3f} ms "
               f"({bound}; first 3 steps {first:.1f} s{'; ' + str(blocked) + ' steps outlasted the sleep' if blocked else ''})",
               flush=True)
-        kernel_census(fn, args.kernels)
+        kernel_census(fn, args.kernels, args.by_time)
         if args.host_profile and backend != "eager":
             host_profile(fn, args.host_profile)
         sys.stdout.flush()
