@@ -133,6 +133,33 @@ def test_loads_that_no_row_indexes_have_no_row_mask(device):
     assert "xmask" in kernels
 
 
+@pytest.mark.parametrize("cols, masked", [(768, False), (96, True)])
+def test_static_columns_of_a_symbolic_reduction_need_no_row_mask(device, cols, masked):
+    # a column sum over a symbolic row count (a norm weight's gradient over batch x length):
+    # 768 columns, every XBLOCK up to 256 divides them (the launcher keeps to that): no xmask;
+    # 96 (32 x 3) keeps it
+    from tritonfuse.testing import run_and_get_code
+
+    def fn(x, y):
+        return (x * y).sum(0), x.amax(0)
+
+    compiled = torch.compile(fn, backend="tritonfuse")
+    sources = []
+    with torch.no_grad():
+        for rows in (7, 13, 64, 97):
+            x, y = rand(rows, cols, device=device), rand(rows, cols, device=device)
+            torch._dynamo.mark_dynamic(x, 0)   # the rows only: the columns stay static
+            torch._dynamo.mark_dynamic(y, 0)
+            actual, code = run_and_get_code(compiled, x, y)
+            assert_same(actual, fn(x, y), atol=1e-4, rtol=1e-5)
+            sources += code
+    assert tritonfuse.metrics.eager_graphs == 0 and tritonfuse.metrics.symbolic_graphs == 1
+    kernels = "\n".join(s for s in sources if "@triton.jit" in s or "source=" in s)
+    if "@triton.jit" not in kernels:
+        pytest.skip("a C++ column: no Triton kernels")
+    assert ("xmask" in kernels) == masked, kernels
+
+
 def _fail_symbolic_compiles(monkeypatch):
     """Make the symbolic compile fail, as an op that needs a concrete size would."""
     from tritonfuse import compile_fx

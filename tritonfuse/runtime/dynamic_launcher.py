@@ -36,13 +36,16 @@ class DynamicTritonLauncher:
     looped reduction's persistent form, run where the rows fit in registers;
     pointer_dtypes, device_index and example_scalars (run()'s trailing integer arguments
     at the sizes the graph was compiled with): the bucket of those sizes starts compiling
-    in the background when the launcher is made."""
+    in the background when the launcher is made; max_xblock: the widest XBLOCK the kernel
+    allows (its rows, static, are unmasked: every XBLOCK up to it divides them)."""
 
     def __init__(self, name: str, source: str, kind: str, numels=None, mutated_arg_indices: Sequence[int] = (),
                  device_type: str = "cuda", configs=None, *, reduction_hint: str | None = None,
                  persistent_source: str | None = None, pointer_dtypes: Sequence[Any] | None = None,
-                 device_index: int | None = None, example_scalars: Sequence[Any] | None = None):
+                 device_index: int | None = None, example_scalars: Sequence[Any] | None = None,
+                 max_xblock: int | None = None):
         self.name = name
+        self.max_xblock = max_xblock
         self.source = source
         self.kind = kind
         self.persistent_source = persistent_source
@@ -97,7 +100,8 @@ class DynamicTritonLauncher:
                 if self.persistent_source is not None and is_persistent_reduction_ok(numels, self.reduction_hint):
                     kind, source = "persistent_reduction", self.persistent_source
                 pointer_dtypes, device_index, scalars = compile_for or (None, None, None)
-                configs = candidate_configs(kind, numels, tf_config.autotune, hint=self.reduction_hint)
+                configs = candidate_configs(kind, numels, tf_config.autotune, hint=self.reduction_hint,
+                                            max_xblock=self.max_xblock)
                 launcher = _BucketLauncher(self.name, source, kind, numels, self.mutated_arg_indices,
                                            self.device_type, configs, reduction_hint=self.reduction_hint,
                                            pointer_dtypes=pointer_dtypes, device_index=device_index,

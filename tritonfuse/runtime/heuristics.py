@@ -132,14 +132,16 @@ def is_persistent_reduction_ok(numels: dict[str, int], hint: str | None = None) 
 
 
 def candidate_configs(kind: str, numels: dict[str, int], mode: str = "default",
-                      *, hint: str | None = None) -> list[Config]:
+                      *, hint: str | None = None, max_xblock: int | None = None) -> list[Config]:
     """Ordered launch configs for a kernel of `kind` over `numels`.
 
     kind: "pointwise" ({"x"}), "pointwise_2d" ({"y", "x"}), "reduction" (looped, {"x", "r"})
     or "persistent_reduction" ({"x", "r"}). mode: "none" (exactly one config, the best
     guess), "default" (a handful) or "max" (a wider sweep). The first config is the same
     in every mode. hint: optional "inner" (reduce over the contiguous dim, the default
-    guess) or "outer" (reduce over a strided dim) for reductions.
+    guess) or "outer" (reduce over a strided dim) for reductions. max_xblock: the largest
+    XBLOCK the kernel allows (one generated without xmask for a static row count that
+    every XBLOCK up to it divides); wider configs are narrowed to it.
     """
     if mode not in MODES:
         raise ValueError(f"unknown autotune mode {mode!r}; expected one of {MODES}")
@@ -156,6 +158,9 @@ def candidate_configs(kind: str, numels: dict[str, int], mode: str = "default",
         configs = builders[kind](numels, mode, hint)
     else:
         configs = builders[kind](numels, mode)
+    if max_xblock is not None:
+        configs = [cfg if cfg.kwargs.get("XBLOCK", 1) <= max_xblock else
+                   dataclasses.replace(cfg, kwargs={**cfg.kwargs, "XBLOCK": max_xblock}) for cfg in configs]
     configs = _dedupe(configs)
     if mode == "none" or (mode == "default" and math.prod(numels.values()) < TUNE_MIN_ELEMENTS):
         return configs[:1]

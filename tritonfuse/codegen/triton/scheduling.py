@@ -42,7 +42,8 @@ class TritonKernelDefinition:
     dtypes of the tensor arguments; device_index: the CUDA device compiled for (None when
     interpreted); persistent_template: a looped reduction's persistent form, for the
     launches whose rows fit; example_scalars: run()'s integer arguments at the example
-    sizes (None if one has no example value), the launch compiled for ahead.
+    sizes (None if one has no example value), the launch compiled for ahead; max_xblock:
+    the widest XBLOCK a kernel of symbolic sizes generated without xmask allows.
     """
     prefix: str
     origins: tuple
@@ -57,12 +58,13 @@ class TritonKernelDefinition:
     pointer_dtypes: tuple
     persistent_template: "str | None" = None
     example_scalars: "tuple | None" = None
+    max_xblock: "int | None" = None
 
     def identity(self) -> tuple:
         """Equal for kernels that can share one definition."""
         numels = tuple(sorted(self.numels.items())) if self.numels is not None else None
         return (self.template, self.kind, numels, self.configs, self.mutated, self.device_type, self.device_index,
-                self.hint, self.pointer_dtypes, self.persistent_template, self.example_scalars)
+                self.hint, self.pointer_dtypes, self.persistent_template, self.example_scalars, self.max_xblock)
 
     def source(self, name: str) -> str:
         """The kernel called `name`, as the generated module holds it (compiles and Triton's
@@ -83,6 +85,8 @@ class TritonKernelDefinition:
             # compiled: what to compile ahead (the example's launch), and for which device
             arguments.update(pointer_dtypes=self.pointer_dtypes, device_index=self.device_index,
                              example_scalars=self.example_scalars)
+        if self.max_xblock is not None:
+            arguments["max_xblock"] = self.max_xblock
         if self.persistent_template is not None:
             arguments["persistent_source"] = _module_text(name_kernel(self.persistent_template, name))
         arguments["source"] = self.source(name)
@@ -224,7 +228,8 @@ class TritonScheduling(BackendScheduling):
             mutated=tuple(kernel.args.written_positions() + [len(call_args)] * flag),
             device_type=self.launcher_device, device_index=self._device_index(group.device), hint=hint,
             pointer_dtypes=pointer_dtypes, persistent_template=templates["persistent_reduction"] if len(templates) > 1 else None,
-            example_scalars=_example_scalars([symbols[n] for n in size_args] + [numels[a] for a in NUMEL_ARGS[kind]]))
+            example_scalars=_example_scalars([symbols[n] for n in size_args] + [numels[a] for a in NUMEL_ARGS[kind]]),
+            max_xblock=kernel.max_xblock)
         return LoopsKernel(definition, [buffer for _, buffer in call_args], size_args + numel_args,
                            kernel.checks_division)
 
