@@ -46,14 +46,14 @@ from .reductions import CppReductions
 from .row_blocks import CppRowBlocks, _Decline
 from .scan import CppScans
 from .scatter import CppScatter
-from .welford_rows import CppWelfordRows
+from .cascade_rows import CppCascadeRows
 
 
 # Reductions over fewer elements than this vectorize along x when r is strided.
 SHORT_REDUCTION = 8
 
 
-class CppKernel(CppLoopNest, CppOuterReductions, CppWelfordRows, CppRowBlocks, CppReadCache, CppLanePairs,
+class CppKernel(CppLoopNest, CppOuterReductions, CppCascadeRows, CppRowBlocks, CppReadCache, CppLanePairs,
                 CppReductions, CppScans, CppScatter):
     def __init__(self, group, internal, graph, name, num_threads, in_place=None, row_blocks=True):
         self.init_args = (group, internal, graph, name, num_threads, in_place)
@@ -85,7 +85,8 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppWelfordRows, CppRowBlocks, C
         self.finished_reductions = {}
         self.split = False        # a full reduction split among threads (loop_nest.py)
         self.partials = None      # an outer reduction's accumulator rows (outer_reduction.py)
-        self.welford_rows = []    # its Welford accumulators (welford_rows.py)
+        self.welford_rows = []    # its Welford accumulators (cascade_rows.py)
+        self.cascade_sums = []    # its float sums folded in chunks (cascade_rows.py)
         self.block_width = None
         self._vector_indirect = set()
         self.indirect_sizes = {}  # indirect index variable -> the size of the dim it indexes

@@ -110,7 +110,8 @@ class CppOuterReductions:
             width = None if split else self._row_block_width(threads)
         self.block_width = width
         self.partials = []                  # (accumulator name, C type, identity, combine)
-        self.welford_rows = []              # (mean row, m2 row, C type): welford_rows.py
+        self.welford_rows = []              # (mean row, m2 row, C type): cascade_rows.py
+        self.cascade_sums = []              # (float sum of partial rows, C type): cascade_rows.py
         loop_body, epilogue = IndentedBuffer(), IndentedBuffer()
         self.pre, self.post = IndentedBuffer(), epilogue
         self.code, self.vec_mode, self.in_r_loop = loop_body, True, True
@@ -204,10 +205,10 @@ class CppOuterReductions:
         for i, size in enumerate(self.r_sizes):
             code.writeline(f"for (int64_t r{i} = 0; r{i} < {cexpr(size)}; ++r{i}) {{")
             code._indent += 1
-        self._welford_step(code, self.block_width)
+        self._cascade_step(code, self.block_width)
         emit_body()
         self._close_blocks(code, len(self.r_sizes))
-        self._welford_fold(code, self.block_width)
+        self._cascade_fold(code, self.block_width)
 
     def _emit_block_chunks(self, code, inner, k, whole, strip=False):
         """The vector chunks of one block; ``strip``: a block known to be STRIP-sized
@@ -231,7 +232,7 @@ class CppOuterReductions:
         code.writeline("int nteam = 1;   // the threads OpenMP gives (OMP_THREAD_LIMIT, OMP_DYNAMIC: maybe fewer)")
         for acc, t, _, _ in self.partials:
             code.writeline(f"std::unique_ptr<{t}[]> {acc}_partial(new {t}[nthreads * kRows + tf::kVecLanes]);")
-        self._welford_partial_arrays(code)
+        self._cascade_partial_arrays(code)
         code.writeline("#pragma omp parallel num_threads(nthreads)" if threads > 1 else "{")
         if threads > 1:
             code.writeline("{")
@@ -246,7 +247,7 @@ class CppOuterReductions:
                 else:
                     code.writeline(f"{t}* __restrict__ {acc}_row = {self._thread_row(acc)} + tid * kRows;")
                 code.writeline(f"for (int64_t i = 0; i < kRows; ++i) {acc}_row[i] = {identity};")
-            self._welford_thread_reset(code)
+            self._cascade_thread_reset(code)
             if threads > 1:
                 collapse = f" collapse({len(self.r_sizes)})" if len(self.r_sizes) > 1 else ""
                 code.writeline(f"#pragma omp for{collapse} schedule(static)")
@@ -254,17 +255,17 @@ class CppOuterReductions:
                 code.writeline(f"for (int64_t r{i} = 0; r{i} < {cexpr(size)}; ++r{i}) {{")
                 code._indent += 1
             slots = sym.to_int(self.x_sizes[0]) if in_registers else "kRows"
-            self._welford_step(code, slots)
+            self._cascade_step(code, slots)
             if in_registers:
                 code.writeline("#pragma GCC unroll 16")
             self._emit_x_chunks(code, loop_body)
             for _ in self.r_sizes:
                 code._indent -= 1
                 code.writeline("}")
-            self._welford_fold(code, slots, thread_total=True)
+            self._cascade_fold(code, slots, thread_total=True)
             if in_registers:
                 for acc, *_ in self.partials:
-                    if acc not in self._welford_accumulators():   # a Welford's totals are already there
+                    if acc not in self._cascaded():   # a cascade's totals are already there
                         code.writeline(f"for (int64_t i = 0; i < kRows; ++i) {acc}_partial[tid * kRows + i] = {acc}_row[i];")
         code.writeline("}")
         code.writeline("// combine the threads' rows in a fixed order, then the row-wise epilogue")
@@ -302,6 +303,8 @@ class CppOuterReductions:
         else:
             flat = self._x_flat()
             slot = f"{acc}_row + {flat}"
+            if reduction_type == "sum" and dtype.is_floating_point:
+                self.cascade_sums.append((acc, t))
             self.post.writeline(f"auto {result} = tf::vload<TAIL>({acc}_partial.get() + {flat}, count);")
             self.post.writeline(f"for (int t = 1; t < nteam; ++t) {result} = "
                                 f"{combine.format(a=result, b=f'tf::vload<TAIL>({acc}_partial.get() + t * kRows + {flat}, count)')};")

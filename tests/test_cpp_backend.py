@@ -71,6 +71,8 @@ def test_outer_reduction_forms(shape, dim, form, dtype, monkeypatch):
     assert kernel_count() == 1
     kernel = sources[1]
     assert ("_partial" in kernel) == (form == "partial rows"), kernel
+    # partial rows fold each thread's float sum in chunks (cascade_rows.py)
+    assert ("sum_fold_vec" in kernel or "sum_rows_fold" in kernel) == (form == "partial rows"), kernel
 
 
 @pytest.mark.parametrize("shape, dims, form", [
@@ -85,7 +87,7 @@ def test_outer_reduction_forms(shape, dim, form, dtype, monkeypatch):
 def test_welford_in_accumulator_rows(shape, dims, form, dtype, monkeypatch):
     # var_mean over outer dims, longer than two_pass_variance_max_row: one Welford pass in
     # the outer-reduction forms (it did not compile: the graph ran eagerly). The cascade
-    # (welford_rows.WELFORD_CHUNK) keeps the mean of values around 5 within 1e-5.
+    # (cascade_rows.CASCADE_CHUNK) keeps the mean of values around 5 within 1e-5.
     monkeypatch.setattr("cpu_backend.scheduling.default_num_threads", lambda: 2)   # the forms depend on it
     x = (rand(*shape) + 5).to(dtype)
     if len(shape) == 4:

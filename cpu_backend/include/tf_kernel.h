@@ -500,6 +500,21 @@ TF_INLINE void welford_rows_fold(T* mean, T* m2, T* total_mean, T* total_m2, T& 
     steps = T(0);
 }
 
+// A cascade of sums: add a chunk of accumulator rows to the totals and start it over.
+template <typename T>
+TF_INLINE void sum_rows_fold(T* row, T* total, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        total[i] += row[i];
+        row[i] = T(0);
+    }
+}
+
+template <typename T>
+TF_INLINE void sum_fold_vec(T* row, T* total) {
+    (Vec<T>::load(total) + Vec<T>::load(row)).store(total);
+    Vec<T>(T(0)).store(row);
+}
+
 // The same fold in whole vectors, the slots' loop unrolled by the caller (so that rows kept
 // in registers stay there): first the two shares, once, then each vector of slots.
 template <typename T>
