@@ -91,9 +91,9 @@ class CppReductions:
             m2 = f"acc{self.acc_counter}"
             self.acc_counter += 1
             result = self._rows_welford_op(vector, acc, m2, t, dtype)
-        elif self.axis == "x":   # lanes are rows
-            self.pre.writeline(f"tf::Welford<tf::Vec<{t}>> {acc};")
-            self.code.writeline(f"{acc} = tf::welford_update({acc}, {vector});")
+        elif self.axis == "x":   # lanes are rows, each a step a time: one step count for all
+            self.pre.writeline(f"tf::WelfordLanes<{t}> {acc};")
+            self.code.writeline(f"{acc} = tf::welford_lanes_update({acc}, {vector});")
             result = (CppVar(f"{acc}.mean", dtype, True), CppVar(f"{acc}.m2", dtype, True))
         else:
             self.pre.writeline(f"tf::WelfordAcc<{t}> {acc};")

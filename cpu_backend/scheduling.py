@@ -29,6 +29,13 @@ class CppScheduling(BackendScheduling):
     # a row of up to 16k floats (64 KB) stays in L1/L2 between the two passes, which then
     # beat Welford's longer dependency chain; longer rows take one Welford pass
     two_pass_variance_max_row = 16384
+    # except rows read along a strided dim: their lanes are rows, and each pass is a loop
+    # that streams the rows again. 2 threads, one run each way (graph cache off): layer_norm
+    # of x.t() f32 2048x512 436 -> 219 us, 4096x256 262 -> 198, 513x1531 213 -> 171,
+    # 1024x768 180 -> 166; var_mean(x.t(), -1) 2048x512 110 -> 70; std(x.t(), -1) 513x1531
+    # 137 -> 90; group_norm of channels-last 8x64x28x28 515 -> 410. On a quiet machine,
+    # layer_norm 2048x512 f32 297-306 -> 173 us (Inductor 240-285).
+    welford_for_strided_rows = True
 
     def __init__(self, scheduler, wrapper, graph):
         super().__init__(scheduler, wrapper, graph)

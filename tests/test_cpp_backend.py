@@ -347,14 +347,37 @@ def test_row_softmax_of_a_transposed_input(shape, dtype):
     assert "vscatter" not in kernels
 
 
+@pytest.mark.parametrize("make", [
+    lambda dt: rand(48, 64, dtype=dt).t(),
+    lambda dt: rand(21, 37, dtype=dt).t(),                  # a partial vector of rows
+    lambda dt: rand(1000, 300, dtype=dt).t(),
+    lambda dt: rand(3, 33, 40, dtype=dt).transpose(1, 2),   # an outer row dim
+    lambda dt: rand(300, 64, dtype=dt),                     # contiguous rows: two passes
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layer_norm_of_strided_rows_takes_one_welford_pass(make, dtype):
+    # var_mean over trailing dims read with a stride (welford_for_strided_rows): one Welford
+    # pass with one step count for all lanes, where two passes would stream the rows twice
+    x = make(dtype) * 2 + 3
+    w, b = rand(x.shape[-1], dtype=dtype), rand(x.shape[-1], dtype=dtype)
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=5e-2, rtol=2e-2)
+    sources = check(lambda a, w, b: (torch.nn.functional.layer_norm(a, a.shape[-1:], w, b),
+                                     torch.var_mean(a.float(), -1)), x, w, b, **tol)
+    kernels = "\n".join(sources[1:])
+    assert ("welford_lanes_update" in kernels) == (x.stride(-1) != 1), kernels
+
+
 def _rms_and_range(a, w):
     # two loops over the reduced dim (sum of squares, then the normalized row), a statistic
     # stored as an output, max/min reductions and a row-wise value reused by the last loop
     h = a.float()
     ms = h.pow(2).mean(-1, keepdim=True)
     spread = a.amax(-1, keepdim=True) - a.amin(-1, keepdim=True)
+    mu = h.mean(-1, keepdim=True)   # a layer norm in two passes (var_mean of strided rows takes Welford)
+    centered = h - mu
+    norm = centered * torch.rsqrt((centered * centered).mean(-1, keepdim=True) + 1e-5) * w
     return (h * torch.rsqrt(ms + 1e-6)).to(a.dtype) * w, ms, a * spread + torch.sigmoid(spread), \
-        torch.nn.functional.layer_norm(a, a.shape[-1:], w)   # row-major output: block tiles written transposed
+        norm.to(a.dtype).contiguous()   # row-major output: block tiles written transposed
 
 
 @pytest.mark.parametrize("make", [

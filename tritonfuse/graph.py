@@ -653,11 +653,21 @@ class _OpCounter:
         return lambda *args, **kwargs: "v"
 
 
-def count_ops(pointwise: Pointwise):
-    """(loads, transcendental ops) in one evaluation of ``pointwise``."""
+def _evaluate(pointwise: Pointwise, index) -> _OpCounter:
     from .virtualized import set_ops_handler
     counter = _OpCounter()
     with set_ops_handler(counter):
-        pointwise.inner_fn(sym.index_vars("i", len(pointwise.ranges)))
+        pointwise.inner_fn(index)
+    return counter
+
+
+def pointwise_reads(pointwise: Pointwise, index):
+    """(buffer name, storage index) of each load of ``pointwise`` at ``index``."""
+    return _evaluate(pointwise, index).reads
+
+
+def count_ops(pointwise: Pointwise):
+    """(loads, transcendental ops) in one evaluation of ``pointwise``."""
+    counter = _evaluate(pointwise, sym.index_vars("i", len(pointwise.ranges)))
     return counter.loads, counter.expensive
 

@@ -468,6 +468,25 @@ TF_INLINE void welford_add(WelfordAcc<T>& acc, const Vec<T>& x, int count) {
     }
 }
 
+// Welford where every lane takes a step at once (lanes are rows): one scalar step count,
+// and its reciprocal, serve all lanes, so no vector division sits on the mean's chain
+// (std(x.t(), -1), 513 x 1531 f32, 2 threads: 88 -> 65 us).
+template <typename T>
+struct WelfordLanes {
+    Vec<T> mean = Vec<T>(T(0));
+    Vec<T> m2 = Vec<T>(T(0));
+    T steps = T(0);
+};
+
+template <typename T>
+TF_INLINE WelfordLanes<T> welford_lanes_update(WelfordLanes<T> acc, const Vec<T>& x) {
+    acc.steps += T(1);
+    const Vec<T> delta = x - acc.mean;
+    acc.mean = acc.mean + delta * Vec<T>(T(1) / acc.steps);
+    acc.m2 = acc.m2 + delta * (x - acc.mean);
+    return acc;
+}
+
 // Welford in accumulator rows (outer reductions: lanes are outputs). Every slot of a
 // thread's rows has seen the same number of steps, so the caller passes one reciprocal of
 // the step count for all of them.

@@ -11,6 +11,8 @@ class BackendScheduling:
     materialize_expensive_reuse = False
     # var/std rows up to this many elements are lowered as two passes instead of Welford.
     two_pass_variance_max_row = 0
+    # ... except rows read along a strided dim (a transposed input's), which take Welford.
+    welford_for_strided_rows = False
     # Lower sum(exp(x - amax(x))) as one online "sumexp" reduction (see patterns.py).
     online_softmax = False
     # Indirect writes (ops.store_scatter) that combine with the element, by mode: the

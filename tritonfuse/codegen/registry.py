@@ -66,6 +66,12 @@ def two_pass_variance_max_row(device_type: str) -> int:
     return _backend_attribute(device_type, "two_pass_variance_max_row", 0)
 
 
+def welford_for_strided_rows(device_type: str) -> bool:
+    """Whether var/std over trailing dims read with a stride (a transposed input's rows)
+    take one Welford pass even where two_pass_variance_max_row would give two."""
+    return _backend_attribute(device_type, "welford_for_strided_rows", False)
+
+
 def prefers_online_softmax(device_type: str) -> bool:
     """Whether sum(exp(x - amax(x))) should become one online "sumexp" reduction."""
     return _backend_attribute(device_type, "online_softmax", False)

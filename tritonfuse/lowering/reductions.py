@@ -11,10 +11,10 @@ import sympy
 import torch
 
 from .. import sym
-from ..ir import Pointwise, TensorBox, origins_of
+from ..ir import Pointwise, StorageBox, TensorBox, origins_of, strided_layout_of
 from ..virtualized import ops
 from .registry import SUPPORTED_DTYPES, Unsupported, aten, normalize_dim, register_lowering
-from ..codegen.registry import two_pass_variance_max_row
+from ..codegen.registry import two_pass_variance_max_row, welford_for_strided_rows
 from .split_reduction import build_reduction, num_splits
 from .views import view
 
@@ -244,7 +244,10 @@ def _var_mean(x, dim, correction, keepdim):
     acc = _accumulate_dtype(dtype)
     count = _count(x, dim)
     correction = 1 if correction is None else correction
-    two_pass = sym.hint(count) <= two_pass_variance_max_row(x.get_device().type) or _sums_would_split(x, dim)
+    device = x.get_device().type
+    two_pass = sym.hint(count) <= two_pass_variance_max_row(device) or _sums_would_split(x, dim)
+    if two_pass and welford_for_strided_rows(device) and _reads_rows_strided(x, dim):
+        two_pass = False
     if two_pass:   # speed only
         mean_value, m2 = _mean_and_m2_two_pass(x, dim, keepdim, acc)
     else:
@@ -256,6 +259,26 @@ def _var_mean(x, dim, correction, keepdim):
     if acc != dtype:
         mean_out = _map(mean_out, lambda v: ops.to_dtype(v, dtype), dtype, "mean")
     return var, mean_out
+
+
+def _reads_rows_strided(x, dim) -> bool:
+    """Whether ``x`` is reduced over its trailing dims (a norm's rows) and read with a
+    stride other than 1 along the innermost of them (a transposed input): as a realized
+    buffer or view, or through every load of a pointwise value (a cast of one)."""
+    ndim = len(x.get_size())
+    dims = _reduction_dims(x, dim)
+    if not dims or dims != list(range(ndim - len(dims), ndim)) or sym.hint(x.get_size()[-1]) == 1:
+        return False
+    layout = strided_layout_of(x)
+    if layout is not None:
+        return sym.hint(layout.stride[-1]) != 1
+    data = x.data.data if isinstance(x, TensorBox) and isinstance(x.data, StorageBox) else None
+    if not isinstance(data, Pointwise):
+        return False
+    from ..graph import pointwise_reads
+    index = sym.index_vars("i", ndim)
+    strides = [sympy.diff(read, index[-1]) for _, read in pointwise_reads(data, index)]
+    return bool(strides) and all(s != 1 for s in strides) and any(s != 0 for s in strides)
 
 
 def _sums_would_split(x, dim) -> bool:
