@@ -85,7 +85,8 @@ class TemplatePrologueKernel(TritonKernel):
         value = self._typed(value)
         self.value = (value if isinstance(value, Constant) else self._as_stored(name, value), value.dtype)
 
-    def _mask_for(self, index):
+    def _mask_for(self, index, load=False):
+        # the operand tile's own mask on every load, as before (load: the base class's argument)
         parts = ([f"{self.which}mask"] if self.needs_mask else []) + self.mask_stack
         return " & ".join(parts) if parts else None
 
