@@ -20,6 +20,7 @@ of the mean against float64: 2.4e-5 sequentially, 1.8e-6 with the cascade (Induc
 step counts, in thread order.
 """
 from .common import CppVar, cpp_constant
+from .outer_reduction import BLOCK_ALIGN
 
 CASCADE_CHUNK = 256
 
@@ -51,49 +52,48 @@ class CppCascadeRows:
                             f"{value}, {mean}_rcp, count);")
         return results
 
+    def _cascaded_rows(self):
+        """(accumulator, C type) of every row folded in chunks: the float sums of partial
+        rows and both rows of each Welford. Their ``_row`` arrays hold the chunk being
+        summed, their totals the partial array (partial rows) or ``_total`` (row blocks)."""
+        return [*self.cascade_sums, *((acc, t) for mean, m2, t in self.welford_rows for acc in (mean, m2))]
+
     def _cascaded(self):
-        """The accumulators whose totals are the partial array (partial rows) or the
-        ``_total`` arrays (row blocks), their ``_row`` arrays the chunk being summed."""
-        return {acc for mean, m2, _ in self.welford_rows for acc in (mean, m2)} | {
-            acc for acc, _ in self.cascade_sums}
+        return {acc for acc, _ in self._cascaded_rows()}
 
     def _thread_row(self, acc) -> str:
         """Where a partial-rows thread's row of ``acc`` starts (plus tid * kRows): its
         share of the partial array, or for a cascaded accumulator its chunk rows."""
         return f"{acc}_chunk.get()" if acc in self._cascaded() else f"{acc}_partial.get()"
 
+    def _step_counters(self, code):
+        if self.cascade_sums:
+            code.writeline("int64_t sum_steps = 0;")
+        for mean, _, t in self.welford_rows:
+            code.writeline(f"{t} {mean}_steps = 0, {mean}_total_steps = 0;")
+
     # ---- partial rows ---------------------------------------------------------------------
     def _cascade_partial_arrays(self, code):
-        for acc, t in self.cascade_sums:
+        for acc, t in self._cascaded_rows():
             code.writeline(f"std::unique_ptr<{t}[]> {acc}_chunk(new {t}[nthreads * kRows + tf::kVecLanes]);")
-        for mean, m2, t in self.welford_rows:
-            for acc in (mean, m2):
-                code.writeline(f"std::unique_ptr<{t}[]> {acc}_chunk(new {t}[nthreads * kRows + tf::kVecLanes]);")
+        for mean, _, t in self.welford_rows:
             code.writeline(f"std::unique_ptr<{t}[]> {mean}_weight(new {t}[nthreads]());   // the threads' step counts")
 
     def _cascade_thread_reset(self, code):
-        for acc, t in self.cascade_sums:
+        for acc, t in self._cascaded_rows():
             code.writeline(f"{t}* __restrict__ {acc}_total = {acc}_partial.get() + tid * kRows;")
             code.writeline(f"for (int64_t i = 0; i < kRows; ++i) {acc}_total[i] = {t}(0);")
-        if self.cascade_sums:
-            code.writeline("int64_t sum_steps = 0;")
-        for mean, m2, t in self.welford_rows:
-            for acc in (mean, m2):
-                code.writeline(f"{t}* __restrict__ {acc}_total = {acc}_partial.get() + tid * kRows;")
-                code.writeline(f"for (int64_t i = 0; i < kRows; ++i) {acc}_total[i] = {t}(0);")
-            code.writeline(f"{t} {mean}_steps = 0, {mean}_total_steps = 0;")
+        self._step_counters(code)
 
-    # ---- row blocks -----------------------------------------------------------------------
-    def _welford_block_arrays(self, code, width):
-        for mean, m2, t in self.welford_rows:
-            for acc in (mean, m2):
-                code.writeline(f"alignas(64) {t} {acc}_total[{width}];")
+    # ---- row blocks (Welfords only: their sums walk a block's rows whole) -----------------
+    def _cascade_block_arrays(self, code, width):
+        for acc, t in self._cascaded_rows():
+            code.writeline(f"alignas(64) {t} {acc}_total[{width}];")
 
-    def _welford_block_reset(self, code, width):
-        for mean, m2, t in self.welford_rows:
-            for acc in (mean, m2):
-                code.writeline(f"for (int64_t i = 0; i < {width}; ++i) {acc}_total[i] = {t}(0);")
-            code.writeline(f"{t} {mean}_steps = 0, {mean}_total_steps = 0;")
+    def _cascade_block_reset(self, code, width):
+        for acc, t in self._cascaded_rows():
+            code.writeline(f"for (int64_t i = 0; i < {width}; ++i) {acc}_total[i] = {t}(0);")
+        self._step_counters(code)
 
     # ---- both forms -----------------------------------------------------------------------
     def _cascade_step(self, code, slots):
@@ -102,7 +102,7 @@ class CppCascadeRows:
             code.writeline(f"if (sum_steps == {CASCADE_CHUNK}) {{ {self._sums_fold(slots)} sum_steps = 0; }}")
             code.writeline("++sum_steps;")
         for mean, m2, t in self.welford_rows:
-            code.writeline(f"if ({mean}_steps == {CASCADE_CHUNK}) {self._fold_call(mean, m2, slots)}")
+            code.writeline(f"if ({mean}_steps == {CASCADE_CHUNK}) {self._welford_fold(mean, m2, t, slots)}")
             code.writeline(f"{mean}_steps += {t}(1);")
             code.writeline(f"const {t} {mean}_rcp = {t}(1) / {mean}_steps;")
 
@@ -111,28 +111,34 @@ class CppCascadeRows:
         if self.cascade_sums:
             code.writeline(self._sums_fold(slots))
         for mean, m2, t in self.welford_rows:
-            code.writeline(self._fold_call(mean, m2, slots))
+            code.writeline(self._welford_fold(mean, m2, t, slots))
             if thread_total:
                 code.writeline(f"{mean}_weight[tid] = {mean}_total_steps;")
 
+    @staticmethod
+    def _vector_loop(slots) -> str:
+        """An unrolled loop over ``slots`` in whole vectors (rows kept in registers stay
+        there), or "" where the slots are not a known number of whole vectors."""
+        if isinstance(slots, int) and slots % BLOCK_ALIGN == 0:
+            return f"_Pragma(\"GCC unroll 16\") for (int64_t i = 0; i < {slots}; i += tf::kVecLanes) "
+        return ""
+
     def _sums_fold(self, slots) -> str:
-        """Add the chunk rows of the cascaded sums to their totals, and zero them: whole
-        vectors under an unrolled loop where the slots are whole vectors, as _fold_call."""
-        if isinstance(slots, int) and slots % 16 == 0:
-            loop = f"_Pragma(\"GCC unroll 16\") for (int64_t i = 0; i < {slots}; i += tf::kVecLanes) "
+        """Add the chunk rows of the cascaded sums to their totals, and zero them."""
+        loop = self._vector_loop(slots)
+        if loop:
             return " ".join(f"{loop}tf::sum_fold_vec({acc}_row + i, {acc}_total + i);" for acc, _ in self.cascade_sums)
         return " ".join(f"tf::sum_rows_fold({acc}_row, {acc}_total, {slots});" for acc, _ in self.cascade_sums)
 
-    def _fold_call(self, mean, m2, slots) -> str:
-        """A fold of the chunk rows into the totals, in whole vectors under an unrolled loop
-        where the slots are whole vectors (rows kept in registers stay there: var_mean of a
-        channels-last (8,64,56,56) f32, 2 threads: 105 us with the scalar loop, 53-61 us), else
-        a scalar loop."""
-        if not (isinstance(slots, int) and slots % 16 == 0):
+    def _welford_fold(self, mean, m2, t, slots) -> str:
+        """A fold of a Welford's chunk rows into its totals: vectors where the slots are
+        whole vectors (var_mean of a channels-last (8,64,56,56) f32, 2 threads: 105 us with
+        the scalar loop, 53-61 us), else a scalar loop."""
+        loop = self._vector_loop(slots)
+        if not loop:
             return (f"tf::welford_rows_fold({mean}_row, {m2}_row, {mean}_total, {m2}_total, "
                     f"{mean}_steps, {mean}_total_steps, {slots});")
-        t = next(t for m, _, t in self.welford_rows if m == mean)
         return (f"if ({mean}_steps > {t}(0)) {{ {t} share, cross; "
                 f"tf::welford_fold_shares({mean}_steps, {mean}_total_steps, share, cross); "
-                f"_Pragma(\"GCC unroll 16\") for (int64_t i = 0; i < {slots}; i += tf::kVecLanes) "
-                f"tf::welford_fold_vec({mean}_row + i, {m2}_row + i, {mean}_total + i, {m2}_total + i, share, cross); }}")
+                f"{loop}tf::welford_fold_vec({mean}_row + i, {m2}_row + i, {mean}_total + i, {m2}_total + i, "
+                f"share, cross); }}")

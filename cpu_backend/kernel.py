@@ -33,6 +33,7 @@ from tritonfuse.codegen.loops import Segment, buffers_crossing_loops, plan_segme
 from tritonfuse.dependencies import plan_and_deps, refine_dep, refine_plan
 from tritonfuse.virtualized import set_ops_handler
 
+from .cascade_rows import CppCascadeRows
 from .common import (
     HALF_TYPES, SIZE_PARAMS, STORAGE_TYPES, CppVar, _cast_python, _stride, _vector_printer, cexpr, compute_dtype,
     cpp_constant, ctype,
@@ -46,7 +47,6 @@ from .reductions import CppReductions
 from .row_blocks import CppRowBlocks, _Decline
 from .scan import CppScans
 from .scatter import CppScatter
-from .cascade_rows import CppCascadeRows
 
 
 # Reductions over fewer elements than this vectorize along x when r is strided.

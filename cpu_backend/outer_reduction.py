@@ -177,7 +177,7 @@ class CppOuterReductions:
         code._indent += 1
         for acc, t, _, _ in self.partials:
             code.writeline(f"alignas(64) {t} {acc}_row[{width}];")
-        self._welford_block_arrays(code, width)
+        self._cascade_block_arrays(code, width)
         for t, name, per_row in block_arrays:   # whole vectors: a tail chunk's tile spans kVecLanes rows
             code.writeline(f"alignas(64) {t} {name}[{-(-width // BLOCK_ALIGN) * BLOCK_ALIGN * per_row}];")
         split_rows = width < last   # blocks of a row: one more (collapsed) loop
@@ -197,7 +197,7 @@ class CppOuterReductions:
             code.writeline(f"const int64_t xb = 0, xb_end = {last};   // the whole row")
         for acc, _, identity, _ in self.partials:
             code.writeline(f"for (int64_t i = 0; i < {width}; ++i) {acc}_row[i] = {identity};")
-        self._welford_block_reset(code, width)
+        self._cascade_block_reset(code, width)
         return loops + 1, whole
 
     def _emit_r_loops(self, code, emit_body):

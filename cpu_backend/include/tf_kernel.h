@@ -499,15 +499,26 @@ TF_INLINE void welford_row_update(T* mean, T* m2, const Vec<T>& x, T reciprocal,
     vstore<TAIL>(m2, vload<TAIL>(m2, count) + delta * (x - new_mean), count);
 }
 
+// Chan's combination of a chunk of `steps` steps into totals of `total_steps`: the chunk's
+// share of the new weight and the cross term's factor, once for all slots; then the
+// counts move to the totals.
+template <typename T>
+TF_INLINE void welford_fold_shares(T& steps, T& total_steps, T& share, T& cross) {
+    const T weight = total_steps + steps;
+    share = steps / weight;
+    cross = total_steps * share;
+    total_steps = weight;
+    steps = T(0);
+}
+
 // Fold a chunk of Welford rows (n slots of `steps` steps each) into the totals (n slots
 // of `total_steps` steps each), Chan's combination, and start the chunk over.
 template <typename T>
 TF_INLINE void welford_rows_fold(T* mean, T* m2, T* total_mean, T* total_m2, T& steps, T& total_steps,
                                  int64_t n) {
     if (steps == T(0)) return;
-    const T weight = total_steps + steps;
-    const T share = steps / weight;
-    const T cross = total_steps * share;
+    T share, cross;
+    welford_fold_shares(steps, total_steps, share, cross);
     for (int64_t i = 0; i < n; ++i) {
         const T delta = mean[i] - total_mean[i];
         total_mean[i] += delta * share;
@@ -515,8 +526,6 @@ TF_INLINE void welford_rows_fold(T* mean, T* m2, T* total_mean, T* total_m2, T& 
         mean[i] = T(0);
         m2[i] = T(0);
     }
-    total_steps = weight;
-    steps = T(0);
 }
 
 // A cascade of sums: add a chunk of accumulator rows to the totals and start it over.
@@ -534,17 +543,8 @@ TF_INLINE void sum_fold_vec(T* row, T* total) {
     Vec<T>(T(0)).store(row);
 }
 
-// The same fold in whole vectors, the slots' loop unrolled by the caller (so that rows kept
-// in registers stay there): first the two shares, once, then each vector of slots.
-template <typename T>
-TF_INLINE void welford_fold_shares(T& steps, T& total_steps, T& share, T& cross) {
-    const T weight = total_steps + steps;
-    share = steps / weight;
-    cross = total_steps * share;
-    total_steps = weight;
-    steps = T(0);
-}
-
+// welford_rows_fold for one vector of slots, after welford_fold_shares (the caller unrolls the slots' loop, so that rows
+// kept in registers stay there).
 template <typename T>
 TF_INLINE void welford_fold_vec(T* mean, T* m2, T* total_mean, T* total_m2, T share, T cross) {
     const Vec<T> chunk_mean = Vec<T>::load(mean), old_mean = Vec<T>::load(total_mean);

@@ -28,12 +28,10 @@ from ..loops import Segment, buffers_crossing_loops, plan_segments
 from .overrides import TRITON_INTEGER_DIVISION, TRITON_INTEGER_LOOPS, TRITON_INTEGER_SHIFTS, TRITON_TYPES, shift_by_constant
 
 INT32_MAX = 2**31 - 1
-
-
-
 # Symbolic sizes, static rows: no xmask where the rows' largest power-of-two divisor, the
 # widest XBLOCK the launcher may then use, is at least this (narrower caps cost coalescing).
 MIN_UNMASKED_XBLOCK = 64
+
 
 class TritonPrinter(IndexPrinter):
     floordiv_op = "//"
