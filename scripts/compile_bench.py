@@ -303,7 +303,7 @@ def compile_after(kernels, target, workers: int, processes: bool = False,
         before = metrics.triton_compilations
         pool = CompilePool(workers, processes)
         if warm:
-            pool.start()
+            pool.start(with_processes=True)
             deadline = time.monotonic() + 300
             while not all(worker.ready() for worker in pool._worker_processes) and time.monotonic() < deadline:
                 time.sleep(0.05)

@@ -247,6 +247,83 @@ def test_worker_process_compiles_into_the_cache_this_process_loads(fresh_pool, t
         worker.process.wait(timeout=60)
 
 
+class _StubWorker:
+    """Stands in for a worker process: counts starts, never gets ready."""
+    started = 0
+
+    def __init__(self):
+        type(self).started += 1
+
+    def ready(self):
+        return False
+
+    def close(self):
+        pass
+
+
+def test_worker_processes_start_at_the_first_slow_compile(fresh_pool, monkeypatch):
+    """Binaries that Triton's cache holds load in milliseconds: a warm start starts no
+    worker process (each would import torch on a core the compile needs); the first
+    compile that takes SLOW_COMPILE_S starts one per worker thread."""
+    from tritonfuse.runtime import compile_workers
+    monkeypatch.setattr(compile_workers, "WorkerProcess", _StubWorker)
+    monkeypatch.setattr(_StubWorker, "started", 0)
+    monkeypatch.setattr(async_compile, "SLOW_COMPILE_S", 0.2)
+    seconds = {}
+
+    def fake_compile(fn, cfg, argspec, target):
+        time.sleep(seconds[cfg.kwargs["XBLOCK"]])
+        return cfg
+
+    monkeypatch.setattr(async_compile, "compile_kernel", fake_compile)
+    pool = CompilePool(workers=2, processes=True)
+    argspec = ArgSpec.aligned([torch.float32] * 3, [4096])
+    try:
+        quick = [Config({"XBLOCK": x}, 4) for x in (64, 128, 256)]
+        seconds.update({64: 0.0, 128: 0.0, 256: 0.0, 512: 0.3})
+        futures, _ = pool.submit(add_kernel("triton_poi_quick_0"), quick, argspec, sm90())
+        assert [futures[c].result(timeout=60) for c in quick] == quick
+        assert _StubWorker.started == 0 and pool._worker_processes == []
+        slow = Config({"XBLOCK": 512}, 4)
+        futures, _ = pool.submit(add_kernel("triton_poi_quick_0"), [slow], argspec, sm90())
+        assert futures[slow].result(timeout=60) == slow
+        assert _StubWorker.started == 2 and len(pool._worker_processes) == 2
+    finally:
+        pool.close()
+
+
+def test_a_known_tuning_result_is_the_only_config_compiled_ahead(fresh_pool, monkeypatch):
+    """Where the autotune cache holds a result for the kernel, its sizes and the GPU, a
+    launcher compiles only that config ahead (a warm start loads one binary per kernel);
+    without one it compiles every candidate."""
+    import autotune_cache
+    submitted = []
+
+    def fake_precompile(name, source, configs, argspec, device_index):
+        submitted.append(list(configs))
+        return {}, False
+
+    monkeypatch.setattr(async_compile, "precompile", fake_precompile)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "Test GPU 80GB")
+    monkeypatch.setattr(tf_config, "autotune", "default")
+    kernel = add_kernel("triton_poi_known_0")
+    candidates = [Config({"XBLOCK": x}, 4) for x in (256, 512, 1024)]
+
+    def launcher():
+        return TritonLauncher(kernel.name, kernel.source, "pointwise", {"x": 1 << 20}, device_type="cuda",
+                              configs=candidates, pointer_dtypes=[torch.float32] * 3, device_index=0)
+
+    first = launcher()
+    assert submitted.pop() == candidates
+    key = first._tuning_key(candidates, "Test GPU 80GB", autotune_cache.current_versions())
+    autotune_cache.AutotuneCache().put(key, {"kernel_name": kernel.name, "config": candidates[1].to_dict(),
+                                             "device": "Test GPU 80GB",
+                                             "versions": autotune_cache.current_versions(),
+                                             "timings_ms": {"x": 1.0}})
+    launcher()
+    assert submitted.pop() == [candidates[1]]
+
+
 # --- the autotuning budget ------------------------------------------------------------
 
 SIZES = [{"x": 1}, {"x": 100}, {"x": 5000}, {"x": 98304}, {"x": 3 << 20}, {"y": 7, "x": 300},

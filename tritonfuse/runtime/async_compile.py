@@ -13,7 +13,8 @@ The pool is threads, or threads that each hand their compiles to a worker proces
 (compile_workers.py). A compile holds the GIL about 30% of its time (measured with
 py-spy on sm_90 compiles of GPT-2's kernels: the Python front end and the glue between
 MLIR passes, LLVM and ptxas, which themselves run without it), so threads alone stop
-scaling at 3-4 busy cores; "auto" takes processes from PROCESSES_MIN_CPUS cores on.
+scaling at 3-4 busy cores; "auto" takes processes from PROCESSES_MIN_CPUS cores on, started
+at the first compile that misses Triton's cache (a warm start only loads binaries).
 scripts/compile_bench.py times serial, threads and processes on a model's kernels.
 
 One compile per unique kernel: the key is the kernel's source with its name blanked
@@ -44,6 +45,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from typing import Any, Callable, Sequence
 
 from .. import config as tf_config
@@ -194,6 +196,21 @@ def _serialize_kernel_parsing() -> None:
     JITFunction.parse = serialized_parse
 
 
+_triton_key_lock = threading.Lock()
+
+
+def _hash_triton_once() -> None:
+    """Compute Triton's own version key (`triton.runtime.cache.triton_key`: hashes of its
+    compiler sources and of libtriton, hundreds of MB) in one thread: it is memoized but
+    not locked, and pool threads starting at once would each hash it, competing with the
+    compiling process for the CPU."""
+    with _triton_key_lock:
+        from triton.runtime import cache
+        key = getattr(cache, "triton_key", None)
+        if key is not None:
+            key()
+
+
 # --- the pool ---------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -216,6 +233,10 @@ def default_workers() -> int:
 # scaling at 3-4 busy cores (a compile holds the GIL ~30% of its time).
 PROCESSES_MIN_CPUS = 8
 
+# An in-process compile that takes this long compiled for real (a binary found in Triton's
+# cache loads in milliseconds): the pool's worker processes start then.
+SLOW_COMPILE_S = 1.0
+
 
 class CompilePool:
     """Binaries by (source key, config, argspec, target, device), each compiled once.
@@ -225,6 +246,9 @@ class CompilePool:
     compiles to a worker process (compile_workers.py) and then loads the binary from
     Triton's cache. Until its process has started (it imports torch and triton, a second
     or two), a worker thread compiles in-process: no compile waits for a start.
+    The processes start at the first compile that takes SLOW_COMPILE_S or more, a real
+    one: binaries that Triton's cache holds load in milliseconds, and a warm start that
+    only loads them would lose seconds to a process per core importing torch.
     kernel_dir: where kernel sources are written (default: tritonfuse.config.cache_dir).
     """
 
@@ -238,6 +262,7 @@ class CompilePool:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._worker_processes: list = []
         self._started = False
+        self._processes_started = False
 
     def submit(self, kernel: KernelSource, configs: Sequence[Config], argspec: ArgSpec, target,
                device_index: int | None = None) -> tuple[dict[Config, concurrent.futures.Future], bool]:
@@ -264,47 +289,60 @@ class CompilePool:
                 self._run(*job)
         return futures, not new
 
-    def start(self) -> None:
-        """Start the worker threads (and processes) now, before the first kernel."""
+    def start(self, with_processes: bool = False) -> None:
+        """Start the worker threads now, before the first kernel; with_processes: their
+        worker processes too (else they start at the first slow compile)."""
         with self._lock:
-            if self._started or self.workers == 0:
-                return
-            self._started = True
-            for i in range(self.workers):
-                worker = None
-                if self.processes:
-                    from .compile_workers import WorkerProcess
-                    try:
-                        worker = WorkerProcess()
-                        self._worker_processes.append(worker)
-                    except OSError as error:   # no interpreter to start: threads only
-                        log.warning("tritonfuse: cannot start a compile worker process (%s); "
-                                    "compiling in threads", error)
-                        self.processes = False
-                threading.Thread(target=self._serve, args=(worker,), name=f"tritonfuse-compile-{i}",
-                                 daemon=True).start()
+            if not self._started and self.workers > 0:
+                self._started = True
+                for i in range(self.workers):
+                    threading.Thread(target=self._serve, args=(i,), name=f"tritonfuse-compile-{i}",
+                                     daemon=True).start()
+        if with_processes:
+            self._start_processes()
 
-    def _serve(self, worker) -> None:
+    def _start_processes(self) -> None:
+        """Give each worker thread its worker process (once; none if `processes` is off)."""
+        with self._lock:
+            if self._processes_started or not self.processes:
+                return
+            self._processes_started = True
+        from .compile_workers import WorkerProcess
+        for _ in range(self.workers):
+            try:
+                self._worker_processes.append(WorkerProcess())
+            except OSError as error:   # no interpreter to start: threads only
+                log.warning("tritonfuse: cannot start a compile worker process (%s); compiling in threads", error)
+                self.processes = False
+                return
+
+    def _serve(self, index: int) -> None:
         while True:
             job = self._queue.get()
             if job is None:
                 return
-            self._run(*job, worker=worker)
+            workers = self._worker_processes
+            self._run(*job, worker=workers[index] if index < len(workers) else None)
 
     def _run(self, future, kernel: KernelSource, cfg: Config, argspec: ArgSpec, target, worker=None) -> None:
         if not future.set_running_or_notify_cancel():
             return
         try:
             _serialize_kernel_parsing()
+            _hash_triton_once()
             from .triton_launcher import load_kernel
             kernel_dir = self._kernel_dir()
             fn = load_kernel(kernel.name, kernel.source, kernel_dir)
-            if worker is not None and worker.ready():
+            in_worker = worker is not None and worker.ready()
+            if in_worker:
                 from .compile_workers import WorkerLost
                 with contextlib.suppress(WorkerLost):
                     worker.compile(kernel.name, kernel.source, kernel_dir, cfg, argspec, target)
             # After the worker: a hit in Triton's cache (its error, if any, is raised here)
+            started = time.perf_counter()
             future.set_result(compile_kernel(fn, cfg, argspec, target))
+            if not in_worker and time.perf_counter() - started >= SLOW_COMPILE_S:
+                self._start_processes()
         except BaseException as error:  # noqa: BLE001 - handed to whoever waits
             log.debug("compile of %s for %s failed: %s", kernel.name, cfg, error)
             future.set_exception(error)
@@ -344,8 +382,9 @@ def _after_fork_in_child() -> None:
     the parent. Compiles that were unfinished fail with CompileInterrupted (the launcher
     then compiles through Triton's JIT); finished binaries stay usable. Locks that a pool
     thread may have held at the fork are made anew."""
-    global _pool, _pool_lock, _parse_lock
+    global _pool, _pool_lock, _parse_lock, _triton_key_lock
     old, _pool, _pool_lock, _parse_lock = _pool, None, threading.Lock(), threading.RLock()
+    _triton_key_lock = threading.Lock()
     if old is not None:
         for future in list(old._jobs.values()):
             if not future.done():

@@ -151,4 +151,7 @@ def _serve() -> None:
 
 
 if __name__ == "__main__":
-    _serve()
+    try:
+        _serve()
+    except (BrokenPipeError, KeyboardInterrupt):   # the compiling process exited first
+        os._exit(0)                                  # no flush of the closed pipe at exit

@@ -5,7 +5,8 @@
     launcher.run(in_ptr0, out_ptr0, 4096)      # non-constexpr kernel args, in order
 
 Compiled (CUDA) kernels build in the background (runtime/async_compile.py), every
-candidate config at once, from when generated code makes the launcher. The first `run`
+candidate config at once (only the tuning result where the autotune cache holds one for
+the kernel, its sizes and the GPU), from when generated code makes the launcher. The first `run`
 waits for the binaries it needs, picks a launch config (heuristics, tuning results of
 this process or the autotune cache, benchmarking) and launches; later runs go straight to
 the chosen binary.
@@ -275,9 +276,21 @@ class TritonLauncher:
             scalars = example_scalars if example_scalars is not None else \
                 [self.numels[axis] for axis in NUMEL_ARGS[kind]]
             argspec = async_compile.ArgSpec.aligned(pointer_dtypes, scalars)
-            futures, self.precompiled = async_compile.precompile(name, source, self._explicit_configs, argspec,
-                                                                 device_index)
+            futures, self.precompiled = async_compile.precompile(name, source, self._configs_to_precompile(device_index),
+                                                                 argspec, device_index)
             self._binaries = (argspec, device_index, futures)
+
+    def _configs_to_precompile(self, device_index: int) -> list[Config]:
+        """The candidates to compile ahead: only the tuning result where one is known for
+        this kernel, its sizes and the GPU (a warm start then loads one binary per kernel,
+        not every candidate's; a candidate needed after all is compiled at its launch)."""
+        candidates = self._explicit_configs
+        if len(candidates) > 1 and tf_config.autotune != "none":
+            import torch
+            known = self._known_config(candidates, torch.cuda.get_device_name(device_index))
+            if known is not None:
+                return [known[1]]
+        return candidates
 
     def __repr__(self) -> str:
         return (f"TritonLauncher({self.name}, {self.kind}, {self.numels}, "
@@ -420,31 +433,18 @@ class TritonLauncher:
         if self._interpreted and not tf_config.autotune_under_interpreter:
             return candidates[0]
         import autotune_cache
-        versions = autotune_cache.current_versions()
         device = self._device_name(args)
+        known = self._known_config(candidates, device)
+        if known is not None:
+            autotuner.stats.cache_hits += 1
+            self.timings_ms = known[2]
+            log.debug("autotune %s: known result %s", self.name, known[1])
+            return known[1]
+        versions = autotune_cache.current_versions()
+        key = self._tuning_key(candidates, device, versions)
+        cache = autotune_cache.AutotuneCache()
         sizes = self.tuning_sizes()
         tuned_as = autotuner.tuning_source(async_compile.kernel_template(self.source, self.name), sizes)
-
-        def key_for(configs: Sequence[Config]) -> str:
-            return autotune_cache.make_key(tuned_as, [c.to_dict() for c in configs], device, versions)
-
-        key = key_for(candidates)
-        lookups = [(key, candidates)]
-        if tf_config.autotune == "default":
-            full = candidate_configs(self.kind, self.numels, "max", hint=self.reduction_hint)
-            lookups.insert(0, (key_for(full), full))
-        cache = autotune_cache.AutotuneCache()
-        for lookup, allowed in lookups:
-            known = autotuner.recall(lookup)
-            if known is None:
-                entry = cache.get(lookup)
-                known = (Config.from_dict(entry["config"]), entry["timings_ms"]) if entry else None
-            if known is not None and known[0] in allowed:
-                autotuner.stats.cache_hits += 1
-                autotuner.remember(lookup, *known)
-                self.timings_ms = known[1]
-                log.debug("autotune %s: known result %s", self.name, known[0])
-                return known[0]
         bound: dict[Config, Callable[..., Any]] = {}
 
         def launch(c: Config) -> None:   # bound once per config: timings exclude binding
@@ -473,3 +473,34 @@ class TritonLauncher:
         except OSError as e:
             log.warning("autotune %s: could not write the autotune cache: %s", self.name, e)
         return cfg
+
+    def _tuning_key(self, configs: Sequence[Config], device: str, versions) -> str:
+        """The autotune cache's key of a search over `configs` for this kernel and its
+        sizes on GPU `device`."""
+        import autotune_cache
+        tuned_as = autotuner.tuning_source(async_compile.kernel_template(self.source, self.name),
+                                           self.tuning_sizes())
+        return autotune_cache.make_key(tuned_as, [c.to_dict() for c in configs], device, versions)
+
+    def _known_config(self, candidates: Sequence[Config], device: str) -> tuple[str, Config, dict] | None:
+        """(key, config, timings) of a tuning result among `candidates` for this kernel,
+        its sizes and GPU `device`: this process's, else the autotune cache's; None if
+        there is none. In "default" mode a result of the full search ("max", as
+        scripts/warmup_autotune.py runs it) is taken first."""
+        import autotune_cache
+        versions = autotune_cache.current_versions()
+        lookups = [(self._tuning_key(candidates, device, versions), candidates)]
+        if tf_config.autotune == "default":
+            full = candidate_configs(self.kind, self.numels, "max", hint=self.reduction_hint)
+            lookups.insert(0, (self._tuning_key(full, device, versions), full))
+        cache = None
+        for key, allowed in lookups:
+            known = autotuner.recall(key)
+            if known is None:
+                cache = cache or autotune_cache.AutotuneCache()
+                entry = cache.get(key)
+                known = (Config.from_dict(entry["config"]), entry["timings_ms"]) if entry else None
+            if known is not None and known[0] in allowed:
+                autotuner.remember(key, *known)
+                return key, known[0], known[1]
+        return None
