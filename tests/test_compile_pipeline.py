@@ -264,7 +264,7 @@ class _StubWorker:
 def test_worker_processes_start_at_the_first_slow_compile(fresh_pool, monkeypatch):
     """Binaries that Triton's cache holds load in milliseconds: a warm start starts no
     worker process (each would import torch on a core the compile needs); the first
-    compile that takes SLOW_COMPILE_S starts one per worker thread."""
+    compile still running after SLOW_COMPILE_S starts one per worker thread."""
     from tritonfuse.runtime import compile_workers
     monkeypatch.setattr(compile_workers, "WorkerProcess", _StubWorker)
     monkeypatch.setattr(_StubWorker, "started", 0)

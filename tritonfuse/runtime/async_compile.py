@@ -45,7 +45,6 @@ import logging
 import os
 import queue
 import threading
-import time
 from typing import Any, Callable, Sequence
 
 from .. import config as tf_config
@@ -233,9 +232,9 @@ def default_workers() -> int:
 # scaling at 3-4 busy cores (a compile holds the GIL ~30% of its time).
 PROCESSES_MIN_CPUS = 8
 
-# An in-process compile that takes this long compiled for real (a binary found in Triton's
-# cache loads in milliseconds): the pool's worker processes start then.
-SLOW_COMPILE_S = 1.0
+# An in-process compile still running after this long compiles for real (a binary found
+# in Triton's cache loads in milliseconds): the pool's worker processes start then.
+SLOW_COMPILE_S = 0.5
 
 
 class CompilePool:
@@ -246,7 +245,7 @@ class CompilePool:
     compiles to a worker process (compile_workers.py) and then loads the binary from
     Triton's cache. Until its process has started (it imports torch and triton, a second
     or two), a worker thread compiles in-process: no compile waits for a start.
-    The processes start at the first compile that takes SLOW_COMPILE_S or more, a real
+    The processes start when an in-process compile has run for SLOW_COMPILE_S, a real
     one: binaries that Triton's cache holds load in milliseconds, and a warm start that
     only loads them would lose seconds to a process per core importing torch.
     kernel_dir: where kernel sources are written (default: tritonfuse.config.cache_dir).
@@ -338,11 +337,18 @@ class CompilePool:
                 from .compile_workers import WorkerLost
                 with contextlib.suppress(WorkerLost):
                     worker.compile(kernel.name, kernel.source, kernel_dir, cfg, argspec, target)
-            # After the worker: a hit in Triton's cache (its error, if any, is raised here)
-            started = time.perf_counter()
-            future.set_result(compile_kernel(fn, cfg, argspec, target))
-            if not in_worker and time.perf_counter() - started >= SLOW_COMPILE_S:
-                self._start_processes()
+            # After the worker: a hit in Triton's cache (its error, if any, is raised here).
+            # In-process, a compile still running after SLOW_COMPILE_S starts the processes.
+            watch = None
+            if not in_worker and self.processes and not self._processes_started:
+                watch = threading.Timer(SLOW_COMPILE_S, self._start_processes)
+                watch.daemon = True
+                watch.start()
+            try:
+                future.set_result(compile_kernel(fn, cfg, argspec, target))
+            finally:
+                if watch is not None:
+                    watch.cancel()
         except BaseException as error:  # noqa: BLE001 - handed to whoever waits
             log.debug("compile of %s for %s failed: %s", kernel.name, cfg, error)
             future.set_exception(error)
