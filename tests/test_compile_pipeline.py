@@ -315,7 +315,8 @@ def test_a_known_tuning_result_is_the_only_config_compiled_ahead(fresh_pool, mon
 
     first = launcher()
     assert submitted.pop() == candidates
-    key = first._tuning_key(candidates, "Test GPU 80GB", autotune_cache.current_versions())
+    key = autotune_cache.make_key(first._tuning_source(), [c.to_dict() for c in candidates], "Test GPU 80GB",
+                                  autotune_cache.current_versions())
     autotune_cache.AutotuneCache().put(key, {"kernel_name": kernel.name, "config": candidates[1].to_dict(),
                                              "device": "Test GPU 80GB",
                                              "versions": autotune_cache.current_versions(),

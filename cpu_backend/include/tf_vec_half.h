@@ -51,7 +51,7 @@ TF_INLINE uint16_t float_to_bf16(float f) {
 TF_INLINE float half_to_float(uint16_t h) {
 #if TF_HW_HALF
     return _cvtsh_ss(h);
-#endif
+#else
     const uint32_t w = uint32_t(h) << 16;
     const uint32_t sign = w & 0x80000000u;
     const uint32_t two_w = w + w;  // exponent + mantissa, sign shifted out
@@ -64,13 +64,14 @@ TF_INLINE float half_to_float(uint16_t h) {
     const float denormalized = detail::f32_from_bits((two_w >> 17) | (126u << 23)) - 0.5f;
     const uint32_t mag = two_w < (1u << 27) ? detail::f32_bits(denormalized) : detail::f32_bits(normalized);
     return detail::f32_from_bits(sign | mag);
+#endif
 }
 
 TF_INLINE uint16_t float_to_half(float f) {
 #if TF_HW_HALF
     if (f == f) return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     return uint16_t((detail::f32_bits(f) >> 16) & 0x8000u) | 0x7E00u;  // nan -> 0x7E00, as below
-#endif
+#else
     // Scaling by 2^112 then 2^-110 makes the float multiplier round the mantissa at the
     // half precision point (and overflow to inf above the half range); adding a
     // power-of-two bias then aligns the 10 result bits (or the denormal bits) at the
@@ -85,6 +86,7 @@ TF_INLINE uint16_t float_to_half(float f) {
     const uint32_t bits = detail::f32_bits(base);
     const uint32_t nonsign = ((bits >> 13) & 0x00007C00u) + (bits & 0x00000FFFu);
     return uint16_t((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));  // nan -> 0x7E00
+#endif
 }
 
 // ---------------------------------------------------------------------------------------
@@ -132,7 +134,6 @@ TF_INLINE vu16 float_to_bf16_bits(vf32 x) {
     return __builtin_convertvector(r, vu16);
 }
 #endif
-
 
 TF_INLINE vf32 half_bits_to_float(vu16 h) {
 #if TF_HW_HALF && defined(__AVX512F__)

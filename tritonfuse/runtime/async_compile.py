@@ -196,6 +196,7 @@ def _serialize_kernel_parsing() -> None:
 
 
 _triton_key_lock = threading.Lock()
+_triton_hashed = False
 
 
 def _hash_triton_once() -> None:
@@ -203,11 +204,15 @@ def _hash_triton_once() -> None:
     compiler sources and of libtriton, hundreds of MB) in one thread: it is memoized but
     not locked, and pool threads starting at once would each hash it, competing with the
     compiling process for the CPU."""
+    global _triton_hashed
+    if _triton_hashed:
+        return
     with _triton_key_lock:
         from triton.runtime import cache
         key = getattr(cache, "triton_key", None)
         if key is not None:
             key()
+        _triton_hashed = True
 
 
 # --- the pool ---------------------------------------------------------------------------

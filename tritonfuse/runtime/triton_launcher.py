@@ -289,7 +289,7 @@ class TritonLauncher:
             import torch
             known = self._known_config(candidates, torch.cuda.get_device_name(device_index))
             if known is not None:
-                return [known[1]]
+                return [known[0]]
         return candidates
 
     def __repr__(self) -> str:
@@ -437,14 +437,14 @@ class TritonLauncher:
         known = self._known_config(candidates, device)
         if known is not None:
             autotuner.stats.cache_hits += 1
-            self.timings_ms = known[2]
-            log.debug("autotune %s: known result %s", self.name, known[1])
-            return known[1]
+            self.timings_ms = known[1]
+            log.debug("autotune %s: known result %s", self.name, known[0])
+            return known[0]
         versions = autotune_cache.current_versions()
-        key = self._tuning_key(candidates, device, versions)
-        cache = autotune_cache.AutotuneCache()
         sizes = self.tuning_sizes()
-        tuned_as = autotuner.tuning_source(async_compile.kernel_template(self.source, self.name), sizes)
+        tuned_as = self._tuning_source()
+        key = autotune_cache.make_key(tuned_as, [c.to_dict() for c in candidates], device, versions)
+        cache = autotune_cache.AutotuneCache()
         bound: dict[Config, Callable[..., Any]] = {}
 
         def launch(c: Config) -> None:   # bound once per config: timings exclude binding
@@ -474,27 +474,25 @@ class TritonLauncher:
             log.warning("autotune %s: could not write the autotune cache: %s", self.name, e)
         return cfg
 
-    def _tuning_key(self, configs: Sequence[Config], device: str, versions) -> str:
-        """The autotune cache's key of a search over `configs` for this kernel and its
-        sizes on GPU `device`."""
-        import autotune_cache
-        tuned_as = autotuner.tuning_source(async_compile.kernel_template(self.source, self.name),
-                                           self.tuning_sizes())
-        return autotune_cache.make_key(tuned_as, [c.to_dict() for c in configs], device, versions)
+    def _tuning_source(self) -> str:
+        """What this kernel's tuning results are keyed by: its source with the name
+        blanked, and its sizes (autotuner.tuning_source)."""
+        return autotuner.tuning_source(async_compile.kernel_template(self.source, self.name), self.tuning_sizes())
 
-    def _known_config(self, candidates: Sequence[Config], device: str) -> tuple[str, Config, dict] | None:
-        """(key, config, timings) of a tuning result among `candidates` for this kernel,
-        its sizes and GPU `device`: this process's, else the autotune cache's; None if
-        there is none. In "default" mode a result of the full search ("max", as
+    def _known_config(self, candidates: Sequence[Config], device: str) -> tuple[Config, dict] | None:
+        """(config, timings) of a tuning result among `candidates` for this kernel, its
+        sizes and GPU `device`: this process's, else the autotune cache's; None if there
+        is none. In "default" mode a result of the full search ("max", as
         scripts/warmup_autotune.py runs it) is taken first."""
         import autotune_cache
         versions = autotune_cache.current_versions()
-        lookups = [(self._tuning_key(candidates, device, versions), candidates)]
+        tuned_as = self._tuning_source()
+        searches = [candidates]
         if tf_config.autotune == "default":
-            full = candidate_configs(self.kind, self.numels, "max", hint=self.reduction_hint)
-            lookups.insert(0, (self._tuning_key(full, device, versions), full))
+            searches.insert(0, candidate_configs(self.kind, self.numels, "max", hint=self.reduction_hint))
         cache = None
-        for key, allowed in lookups:
+        for allowed in searches:
+            key = autotune_cache.make_key(tuned_as, [c.to_dict() for c in allowed], device, versions)
             known = autotuner.recall(key)
             if known is None:
                 cache = cache or autotune_cache.AutotuneCache()
@@ -502,5 +500,5 @@ class TritonLauncher:
                 known = (Config.from_dict(entry["config"]), entry["timings_ms"]) if entry else None
             if known is not None and known[0] in allowed:
                 autotuner.remember(key, *known)
-                return key, known[0], known[1]
+                return known
         return None
