@@ -3,6 +3,7 @@ sizes as runtime values, and serves every size: forward and backward, the same a
 eager. Sizes 0/1 specialize as Dynamo decides; a graph that cannot be compiled
 symbolically falls back to one compile per input shape, and past a cap to eager, counted."""
 import logging
+import math
 
 import pytest
 import torch
@@ -186,6 +187,43 @@ def test_integer_division_by_a_symbolic_size(device):
             x = rand(*shape, device=device)
             assert_same(compiled(x), fn(x))
     assert tritonfuse.metrics.eager_graphs == 0
+
+
+def _rounded_ratio_sizes(x):
+    """Sizes from math.ceil / math.floor / int() of a size ratio, as HF models compute
+    their bucket and window counts (BART's graph held CeilToInt and ran eagerly on a GPU,
+    with a NameError from its wrapper)."""
+    n = x.shape[0]
+    head = x[: math.ceil(n / 3)] * 2
+    pooled = x.new_ones(math.floor(n / 2), x.shape[1]) * x[: math.floor(n / 2)].sum(0)
+    return head.sum(0) + pooled.sum(0), x.reshape(-1)[: int(n * x.shape[1] / 4)].cumsum(0)
+
+
+def test_sizes_rounded_from_a_ratio_compile_symbolically(device):
+    compiled = torch.compile(_rounded_ratio_sizes, backend="tritonfuse", dynamic=True)
+    with torch.no_grad():
+        for rows in (7, 33, 13, 64):
+            x = rand(rows, 5, device=device)
+            assert_same(compiled(x), _rounded_ratio_sizes(x), atol=1e-4, rtol=1e-4)
+    metrics = tritonfuse.metrics
+    assert metrics.eager_graphs == 0 and metrics.static_specializations == 0
+    assert metrics.symbolic_graphs == 1
+
+
+def test_a_size_no_printer_can_write_compiles_per_shape_not_eagerly(device):
+    """round() of a size (Dynamo's RoundToInt) has no exact integer form here: the graph is
+    compiled per shape, and nothing fails when it runs."""
+    def fn(x):
+        return x[: round(x.shape[0] * 0.5)] + 1
+
+    compiled = torch.compile(fn, backend="tritonfuse", dynamic=True)
+    with torch.no_grad():
+        for rows in (7, 10, 13):
+            x = rand(rows, device=device)
+            assert_same(compiled(x), fn(x))
+    metrics = tritonfuse.metrics
+    assert metrics.eager_graphs == 0 and metrics.symbolic_graphs == 0
+    assert metrics.static_specializations == 3
 
 
 def test_a_graph_that_cannot_be_symbolic_compiles_per_shape(device, monkeypatch):

@@ -55,8 +55,23 @@ def _torch_sympy_rewrites():
         "FloatTrueDiv": lambda a, b: a / b,
         "ToFloat": lambda a: a,
         "Identity": lambda a: a,
+        # math.floor / math.ceil / int() of a size ratio (``math.ceil(n / 3)`` in a model)
+        "FloorToInt": lambda a: _integer_quotient(a, round_up=False),
+        "CeilToInt": lambda a: _integer_quotient(a, round_up=True),
+        "TruncToInt": lambda a: _integer_quotient(a, round_up=False),
     }
     return {getattr(fn, name): rewrite for name, rewrite in rewrites.items() if hasattr(fn, name)}
+
+
+def _integer_quotient(value, round_up: bool):
+    """``value`` (a ratio p / q of non-negative integer expressions, q positive) rounded
+    down or up, as ``FloorDiv``; None (keep Dynamo's function, which no printer of ours
+    prints: the graph then compiles per shape) for anything else."""
+    numerator, denominator = sympy.fraction(sympy.together(value))
+    if not (numerator.is_integer and numerator.is_nonnegative and denominator.is_integer
+            and denominator.is_positive):
+        return None
+    return FloorDiv(numerator + denominator - 1, denominator) if round_up else FloorDiv(numerator, denominator)
 
 
 _TORCH_REWRITES = None
@@ -93,8 +108,9 @@ def from_torch_sympy(expr):
         _TORCH_REWRITES = _torch_sympy_rewrites()
     args = [from_torch_sympy(a) for a in expr.args]
     rewrite = _TORCH_REWRITES.get(type(expr))
-    if rewrite is not None:
-        return rewrite(*args)
+    rewritten = rewrite(*args) if rewrite is not None else None
+    if rewritten is not None:
+        return rewritten
     return expr.func(*args) if args != list(expr.args) else expr
 
 

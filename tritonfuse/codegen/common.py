@@ -126,9 +126,17 @@ class KernelArgs:
         return list(range(len(self.in_outs))) + list(range(written, written + len(self.outputs)))
 
 
+class UnprintableExpression(ValueError):
+    """A size or index expression that generated code cannot compute exactly (a function
+    of Dynamo's that no printer knows, a fraction in integer code). Raised while generating
+    code, so that the graph compiles another way (per shape), never when it runs."""
+
+
 class IndexPrinter(StrPrinter):
     """Prints index expressions by precedence. Backends override ``_print_FloorDiv`` and
-    ``_print_ModularIndexing`` (Triton ``//``, C ``/``)."""
+    ``_print_ModularIndexing`` (Triton ``//``, C ``/``). Any other function, and a
+    fraction (integer code would truncate it), raises ``UnprintableExpression``: sympy's
+    default would print a call of an undefined name, or ``1/3``."""
 
     floordiv_op = "//"
 
@@ -166,6 +174,12 @@ class IndexPrinter(StrPrinter):
 
     min_function = "min"
     max_function = "max"
+
+    def _print_Function(self, expr):
+        raise UnprintableExpression(f"no code for {type(expr).__name__} in {expr}")
+
+    def _print_Rational(self, expr):
+        raise UnprintableExpression(f"a fraction ({expr}) in integer code")
 
     def _nary(self, kind, args):
         function = self.min_function if kind == "min" else self.max_function
