@@ -46,6 +46,20 @@ def current_graph() -> "GraphLowering":
     return graph
 
 
+def _devices_of(args, kwargs) -> set:
+    """The devices of an op's IR tensor arguments (lists of them included), but for 0-d CPU
+    values not held in a buffer: eager mixes 0-d CPU tensors into GPU ops, and such a value
+    (a constant, a size) is computed inside the GPU kernel that reads it."""
+    leaves = torch.utils._pytree.tree_leaves((args, kwargs), is_leaf=lambda x: isinstance(x, TensorBox))
+    return {leaf.get_device() for leaf in leaves if isinstance(leaf, TensorBox) and not _computed_cpu_scalar(leaf)}
+
+
+def _computed_cpu_scalar(value: TensorBox) -> bool:
+    box = storage_of(value)
+    return value.get_device().type == "cpu" and len(value.get_size()) == 0 \
+        and box is not None and not box.is_realized()
+
+
 class GraphLowering(torch.fx.Interpreter):
     def __init__(self, gm: torch.fx.GraphModule, example_inputs, graph_id: str = "graph", options=None,
                  layout_plan: LayoutPlan = None):
@@ -184,6 +198,11 @@ class GraphLowering(torch.fx.Interpreter):
         reason = None
         if lowering is None:
             reason = "no lowering"
+        elif len(devices := _devices_of(args, kwargs)) > 1:
+            # a GPU op reading a tensor the graph made on the CPU (BEiT's relative position
+            # index, built by torch.arange without a device): eager's op takes it, a kernel on
+            # the GPU cannot read CPU memory
+            reason = f"inputs on several devices ({', '.join(sorted(map(str, devices)))})"
         else:
             try:
                 return lowering(*args, **kwargs)
