@@ -77,10 +77,21 @@ class _Simplifier:
     def __init__(self, ranges, size_lower_bounds):
         self.ranges = ranges
         self.size_lower_bounds = size_lower_bounds
+        # sub-expression -> rewritten: an index through nested views (a Swin block's window
+        # partition and roll) repeats the same pieces many times over
+        self._visited = {}
 
     # ---- rewriting ----------------------------------------------------------------------
     def visit(self, expr):
-        if expr.is_Atom or not expr.has(FloorDiv, ModularIndexing):
+        if expr.is_Atom:
+            return expr
+        done = self._visited.get(expr)
+        if done is None:
+            done = self._visited[expr] = self._rewrite(expr)
+        return done
+
+    def _rewrite(self, expr):
+        if not expr.has(FloorDiv, ModularIndexing):
             return expr
         args = [self.visit(a) for a in expr.args]
         if isinstance(expr, FloorDiv):

@@ -5,6 +5,7 @@ import sympy
 import torch
 
 from .. import sym
+from ..range_simplify import simplify_with_ranges
 from ..ir import GenericView, InputBuffer, Layout, ReinterpretView, TensorBox, buffer_of, realize, strided_layout_of
 from .registry import Unsupported, aten, expand, normalize_dim, register_lowering
 
@@ -138,14 +139,35 @@ def view(x, size):
         if strides is not None:
             return _restride(x, new_size, strides, layout.offset)
 
-    def reindex(index):
+    def unflattened(index):
         flat = sum((i * st for i, st in zip(index, sym.contiguous_strides(new_size))), sympy.Integer(0))
         return sym.unflatten(flat, old_size)
 
     def restride(base):
         strides = _view_strides(old_size, list(base.stride), new_size)
         return None if strides is None else _with_strides(base, new_size, strides, base.offset)
-    return TensorBox(GenericView(x.data, new_size, reindex, restride))
+    return TensorBox(GenericView(x.data, new_size, _within_ranges(unflattened, new_size), restride))
+
+
+def _within_ranges(reindex, size):
+    """``reindex``, worked out once over the view's own index variables and simplified with
+    their ranges (``0 <= v < size``), then applied by substitution.
+
+    A reshape's index is the flat index, split again: every dimension's piece holds the
+    whole flat index (``FloorDiv(flat, W*C)``, ``ModularIndexing(flat, C, W)``, ...), so
+    reshapes read through reshapes (a Swin block's window partition, roll and reverse)
+    nest copies of copies. Folded with the ranges first, each piece keeps only the
+    variables it needs (``ModularIndexing(v1*ws + v2, 1, H)`` is ``v1*ws + v2``), and the
+    composed index stays small. Loaders are called with in-range indices (or under a
+    mask), where the folded pieces give the same values."""
+    variables = sym.index_vars("view", len(size))
+    ranges = dict(zip(variables, size))
+    pieces = [simplify_with_ranges(piece, ranges) for piece in reindex(variables)]
+
+    def apply(index):
+        replacement = dict(zip(variables, index))
+        return [sympy.sympify(piece).xreplace(replacement) for piece in pieces]
+    return apply
 
 
 @register_lowering(aten.slice)
