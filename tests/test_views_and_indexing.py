@@ -2,6 +2,8 @@
 import torch
 import torch.nn.functional as F
 
+import tritonfuse
+
 from common import allocation_count, check, kernel_count, rand, storage_sharing
 
 
@@ -130,3 +132,51 @@ def test_view_copies_never_alias_their_input(device):
 def test_unsafe_split_is_a_view(device):
     x = rand(7, 4, device=device)
     check(lambda a: [part * 2 for part in torch.unsafe_split(a, 3)] + [a.unsafe_chunk(2, 1)[1] + 1], x)
+
+
+def _relative_position_bias(table, x):
+    """BEiT's relative position bias: an index built on the CPU (torch.arange without a
+    device) gathers from a table on the model's device. On a GPU the graph's gather kernel
+    was handed the CPU index and the graph ran eagerly."""
+    coords = torch.stack(torch.meshgrid(torch.arange(3), torch.arange(3), indexing="ij")).flatten(1)
+    relative = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + 2
+    index = relative[..., 0] * 5 + relative[..., 1]
+    bias = table[index.view(-1)].view(9, 9, -1).permute(2, 0, 1)
+    return torch.softmax(x + bias, -1), table[index[0]] * 2, table[:, 1][index.view(-1)[:4] + 1]
+
+
+def test_an_index_made_on_the_cpu_gathers_on_the_graphs_device(device):
+    check(_relative_position_bias, rand(25, 4, device=device), rand(2, 4, 9, 9, device=device), rtol=1e-4)
+
+
+def _shifted_windows(x):
+    """A Swin block's data movement on its tokens (batch, height * width, channels): layer
+    norm, roll, window partition, the windows' own work, window reverse, roll back and the
+    residual, each a reshape of a reshape."""
+    x = x.flatten(2).transpose(1, 2)   # patch embeddings (batch, channels, h, w) -> tokens
+    b, tokens, c = x.shape
+    h = w = int(tokens ** 0.5)
+    normed = torch.nn.functional.layer_norm(x, (c,)).view(b, h, w, c)
+    shifted = torch.roll(normed, shifts=(-2, -2), dims=(1, 2))
+    windows = shifted.view(b, h // 4, 4, w // 4, 4, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, 4, 4, c).view(-1, 16, c)
+    windows = torch.softmax(windows, 1) * 2
+    merged = windows.view(-1, 4, 4, c).view(b, h // 4, w // 4, 4, 4, c).permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, c)
+    return torch.roll(merged, shifts=(2, 2), dims=(1, 2)).reshape(b, tokens, c) + x
+
+
+def test_reshapes_of_reshapes_keep_their_indices_small(device, monkeypatch):
+    """Each reshape's index is folded with its own ranges: through Swin's roll, window
+    partition and reverse the composed indices once grew to 50,000 characters before the
+    scheduler folded them (the same kernels in the end, after minutes of sympy and of the
+    C++ compiler for a two-stage Swin). Measured: the longest index the scheduler reads."""
+    from tritonfuse import dependencies
+    longest = []
+    fold = dependencies.simplify_with_ranges
+
+    def recording(expr, ranges):
+        longest.append(len(str(expr)))
+        return fold(expr, ranges)
+    monkeypatch.setattr(dependencies, "simplify_with_ranges", recording)
+    monkeypatch.setattr(tritonfuse.config, "graph_cache", False)
+    check(_shifted_windows, rand(2, 8, 8, 8, device=device), rtol=1e-4)
+    assert 0 < max(longest) < 1000, max(longest)
