@@ -44,7 +44,7 @@ def _torch_sympy_rewrites():
     rewrites = {
         "FloorDiv": lambda a, b: FloorDiv(a, b),
         "CleanDiv": lambda a, b: FloorDiv(a, b),
-        "CeilDiv": lambda a, b: FloorDiv(a + b - 1, b),
+        "CeilDiv": lambda a, b: _ceil_div(a, b),
         "ModularIndexing": lambda a, b, c: ModularIndexing(a, b, c),
         "PythonMod": lambda a, b: ModularIndexing(a, sympy.Integer(1), b),
         "Mod": lambda a, b: ModularIndexing(a, sympy.Integer(1), b),
@@ -71,7 +71,11 @@ def _integer_quotient(value, round_up: bool):
     if not (numerator.is_integer and numerator.is_nonnegative and denominator.is_integer
             and denominator.is_positive):
         return None
-    return FloorDiv(numerator + denominator - 1, denominator) if round_up else FloorDiv(numerator, denominator)
+    return _ceil_div(numerator, denominator) if round_up else FloorDiv(numerator, denominator)
+
+
+def _ceil_div(a, b):
+    return FloorDiv(a + b - 1, b)
 
 
 _TORCH_REWRITES = None

@@ -5,8 +5,8 @@ import sympy
 import torch
 
 from .. import sym
-from ..range_simplify import simplify_with_ranges
 from ..ir import GenericView, InputBuffer, Layout, ReinterpretView, TensorBox, buffer_of, realize, strided_layout_of
+from ..range_simplify import simplify_with_ranges
 from .registry import Unsupported, aten, expand, normalize_dim, register_lowering
 
 
@@ -166,7 +166,7 @@ def _within_ranges(reindex, size):
 
     def apply(index):
         replacement = dict(zip(variables, index))
-        return [sympy.sympify(piece).xreplace(replacement) for piece in pieces]
+        return [piece.xreplace(replacement) for piece in pieces]
     return apply
 
 
