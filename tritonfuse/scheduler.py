@@ -23,7 +23,6 @@ pointwise producer of an operand that only the template reads, which it computes
 operand's load (prologues: prologue_fusion.py). It fuses with nothing else.
 """
 import heapq
-import itertools
 import logging
 from dataclasses import dataclass, field
 from typing import List, Optional
@@ -33,6 +32,7 @@ import torch
 
 from . import config, metrics, sym
 from .dependencies import extract_deps, flat_x_form, split_sizes
+from .fusion_graph import FusionGraph, candidate_pairs
 from .ir import ComputedBuffer, FallbackKernel, InputMutation, MutationBuffer, TemplateBuffer
 from .prologue_fusion import prologue_operand
 
@@ -139,8 +139,13 @@ class FusedNode:
         """The template node of this group, if it has one (then it is the group's kernel)."""
         return next((n for n in self.nodes if n.is_template), None)
 
-    def read_names(self):
-        return set().union(*(n.read_names for n in self.nodes)) - self.names
+    def read_names(self) -> frozenset:
+        """The buffers the group reads from outside itself (a group never changes once
+        made, so this is worked out once)."""
+        cached = self.__dict__.get("_read_names")
+        if cached is None:
+            cached = self._read_names = frozenset(set().union(*(n.read_names for n in self.nodes)) - self.names)
+        return cached
 
     @property
     def written_inputs(self) -> set:
@@ -226,83 +231,76 @@ class Scheduler:
                 readers.setdefault(name, []).append(group)
         return readers
 
-    def _ancestors(self, groups):
+    def _fusion_graph(self, groups) -> FusionGraph:
         owner = self._group_of(groups)
-        by_id = {id(g): g for g in groups}
         readers = self._input_readers(groups)
         preds = {id(g): self._direct_preds(g, owner, readers) for g in groups}
-        ancestors = {}
         # in dependency order (a write into an input may come before, by position, a read
         # it must follow, once fused with an earlier node)
-        for group in self._topological_order(groups, preds):
-            acc = set()
-            for pred in preds[id(group)]:
-                acc.add(pred)
-                acc |= ancestors[pred]
-            ancestors[id(group)] = acc
-        return ancestors, by_id, owner
+        return FusionGraph(self._topological_order(groups, preds), preds)
 
     # ---- fusion -----------------------------------------------------------------------
     def _fuse(self, groups):
         for _ in range(10):
             fused_any = False
-            ancestors, by_id, owner = self._ancestors(groups)
-            candidates = []
+            graph = self._fusion_graph(groups)
             fusible = [g for g in groups if isinstance(g, FusedNode)]
-            for a, b in itertools.combinations(sorted(fusible, key=lambda g: g.position), 2):
-                if a.device != b.device:
-                    continue
-                score = self._score(a, b)
-                if score > 0:
-                    candidates.append((score, a.position, b.position, a, b))
-            candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
             consumed = set()
-            for _, _, _, a, b in candidates:
+            for _, a, b in candidate_pairs(fusible, self._score, self._tiny_size):
                 if id(a) in consumed or id(b) in consumed:
                     continue
-                merged = self._try_fuse(a, b, ancestors)
+                merged = self._try_fuse(a, b, graph)
                 if merged is None:
                     continue
                 consumed |= {id(a), id(b)}
                 groups = [g for g in groups if g is not a and g is not b] + [merged]
+                graph.merge(a, b, merged)   # fusion adds paths
                 fused_any = True
-                ancestors, by_id, owner = self._ancestors(groups)   # fusion adds paths
             if not fused_any:
                 break
         metrics.fused_node_count += sum(len(g.nodes) for g in groups if isinstance(g, FusedNode) and len(g.nodes) > 1)
         return groups
 
+    @staticmethod
+    def _tiny_size(group: FusedNode):
+        """(x, r) for a kernel of static size small enough that its launch dominates (two
+        such of one size score 1 in ``_score`` even sharing nothing), else None."""
+        numel = group.x_numel * group.r_numel
+        if sym.is_static(numel) and sym.to_int(numel) <= LAUNCH_BOUND_NUMEL:
+            return sym.to_int(group.x_numel), sym.to_int(group.r_numel)
+        return None
+
     def _dtype_of(self, name: str) -> Optional[torch.dtype]:
         buffer = self.graph.name_to_buffer.get(name)     # (graph inputs included)
         return None if buffer is None else buffer.get_dtype()
+
+    def _bytes_of(self, name: str) -> int:
+        """The bytes of buffer ``name`` (its size hint), 0 for a name that is no buffer."""
+        cache = self.__dict__.setdefault("_bytes_cache", {})
+        if name not in cache:
+            buffer = self.graph.name_to_buffer.get(name)
+            cache[name] = 0 if buffer is None else sym.hint(buffer.layout.numel()) * buffer.get_dtype().itemsize
+        return cache[name]
 
     def _score(self, a: FusedNode, b: FusedNode) -> int:
         """Bytes that fusing saves: buffers one writes and the other reads, and shared reads.
         Two tiny kernels of one shape that share nothing still score 1: one launch saved
         (the second stages of split reductions, for one)."""
         shared = (a.names & b.read_names()) | (b.names & a.read_names()) | (a.read_names() & b.read_names())
-        total = 0
-        for name in shared:
-            buffer = self.graph.name_to_buffer.get(name)
-            if buffer is not None:
-                total += sym.hint(buffer.layout.numel()) * buffer.get_dtype().itemsize
-        if total == 0 and sym.same_size(a.x_numel, b.x_numel) and sym.same_size(a.r_numel, b.r_numel) \
-                and sym.is_static(a.x_numel * a.r_numel) and sym.to_int(a.x_numel * a.r_numel) <= LAUNCH_BOUND_NUMEL:
+        total = sum(self._bytes_of(name) for name in shared)
+        if total == 0 and self._tiny_size(a) is not None and self._tiny_size(a) == self._tiny_size(b):
             return 1
         return total
 
-    def _try_fuse(self, a: FusedNode, b: FusedNode, ancestors) -> Optional[FusedNode]:
+    def _try_fuse(self, a: FusedNode, b: FusedNode, graph: FusionGraph) -> Optional[FusedNode]:
         first, second = (a, b) if a.position <= b.position else (b, a)
         if len(a.nodes) + len(b.nodes) > config.max_fusion_size:
             return None
         prologue = (a.template or b.template) and (self._prologue(a, b) or self._prologue(b, a))
         if (a.template or b.template) and not (prologue or self._is_epilogue(a, b) or self._is_epilogue(b, a)):
             return None
-        # no path first -> (outside node) -> second, in either direction
-        for x, y in ((first, second), (second, first)):
-            for mid in ancestors[id(y)]:
-                if mid != id(x) and id(x) in ancestors.get(mid, set()):
-                    return None
+        if graph.fusion_closes_a_cycle(first, second):
+            return None
         if prologue:
             return prologue
         group = self._combined_group(a, b)
