@@ -58,3 +58,10 @@ def _fresh_state(tmp_path_factory, monkeypatch):
     metrics.reset()
     yield
     torch._dynamo.reset()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: a worker per core, at most four. Each worker compiles (g++, Triton) and
+    runs OpenMP kernels on every core, so more workers only contend."""
+    return max(1, min(4, os.cpu_count() or 1))
