@@ -487,6 +487,23 @@ def test_a_fork_while_pool_threads_hold_locks_leaves_the_child_working(fresh_poo
     assert os.waitstatus_to_exitcode(finished[1]) == 0
 
 
+def test_triton_is_hashed_once_in_the_background(monkeypatch):
+    """A GPU compile starts hashing Triton (its cache key) in a daemon thread while
+    aot_autograd traces: one thread per process, and the pool's compiles then find it done."""
+    from triton.runtime import cache
+    calls = []
+    monkeypatch.setattr(cache, "triton_key", lambda: calls.append(threading.current_thread().name), raising=False)
+    monkeypatch.setattr(async_compile, "_triton_hashed", False)
+    monkeypatch.setattr(async_compile, "_hash_thread", None)
+    async_compile.hash_triton_in_background()
+    thread = async_compile._hash_thread
+    async_compile.hash_triton_in_background()      # already started: no second thread
+    assert async_compile._hash_thread is thread and thread.daemon
+    thread.join(60)
+    async_compile._hash_triton_once()              # what a pool thread calls: nothing left to do
+    assert calls == ["tritonfuse-triton-key"] and async_compile._triton_hashed
+
+
 def test_compile_seconds_by_phase(device, monkeypatch):
     """metrics.compile_seconds splits a compile into its phases (what a first call's
     seconds went to), and Triton launchers' first runs (binaries, tuning) are counted."""

@@ -142,9 +142,13 @@ def tritonfuse_backend(gm: torch.fx.GraphModule, example_inputs, mode=None, opti
     # makes (torch.tensor(...)) lands in the user's graph (aot_autograd then refuses it).
     from . import compile_fx, lowering  # noqa: F401
     from .codegen.registry import get_scheduling_class
-    for device_type in {v.device.type for v in example_inputs if isinstance(v, torch.Tensor)}:
+    device_types = {v.device.type for v in example_inputs if isinstance(v, torch.Tensor)}
+    for device_type in device_types:
         with contextlib.suppress(KeyError):   # (an unsupported device: the compile says so)
             get_scheduling_class(device_type)
+    if "cuda" in device_types:   # Triton's version key, hashed while aot_autograd traces
+        from .runtime.async_compile import hash_triton_in_background
+        hash_triton_in_background()
     return _compile(gm, example_inputs, CompileOptions.from_torch_compile(mode, options))
 
 

@@ -215,6 +215,26 @@ def _hash_triton_once() -> None:
         _triton_hashed = True
 
 
+_hash_thread: threading.Thread | None = None
+
+
+def hash_triton_in_background() -> None:
+    """Start `_hash_triton_once` in a daemon thread, once per process. A GPU compile needs
+    the key for its first kernel (a hit in Triton's cache too); hashed while aot_autograd
+    traces the graph (the large file is hashed without the GIL), it is off the first call's
+    path: 0.4 to 0.75 s of a warm start. Errors are left to the compile that needs the key."""
+    global _hash_thread
+    if _triton_hashed or _hash_thread is not None:
+        return
+
+    def hash_quietly():
+        with contextlib.suppress(Exception):
+            _hash_triton_once()
+
+    _hash_thread = threading.Thread(target=hash_quietly, name="tritonfuse-triton-key", daemon=True)
+    _hash_thread.start()
+
+
 # --- the pool ---------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
