@@ -190,6 +190,7 @@ class Scheduler:
                 self.producer[name] = node
         self.output_names = {getattr(out, "name", None) for out in graph.outputs}
         self.output_names |= {out.buffer.name for out in graph.outputs if hasattr(out, "buffer")}
+        self._bytes_cache = {}   # (_bytes_of)
         self.groups = self._fuse([FusedNode.of(n) if isinstance(n, SchedulerNode) else n for n in self.nodes])
         self.groups = self._topological_order(self.groups)
 
@@ -276,11 +277,11 @@ class Scheduler:
 
     def _bytes_of(self, name: str) -> int:
         """The bytes of buffer ``name`` (its size hint), 0 for a name that is no buffer."""
-        cache = self.__dict__.setdefault("_bytes_cache", {})
-        if name not in cache:
+        if name not in self._bytes_cache:
             buffer = self.graph.name_to_buffer.get(name)
-            cache[name] = 0 if buffer is None else sym.hint(buffer.layout.numel()) * buffer.get_dtype().itemsize
-        return cache[name]
+            self._bytes_cache[name] = 0 if buffer is None else \
+                sym.hint(buffer.layout.numel()) * buffer.get_dtype().itemsize
+        return self._bytes_cache[name]
 
     def _score(self, a: FusedNode, b: FusedNode) -> int:
         """Bytes that fusing saves: buffers one writes and the other reads, and shared reads.
@@ -288,7 +289,8 @@ class Scheduler:
         (the second stages of split reductions, for one)."""
         shared = (a.names & b.read_names()) | (b.names & a.read_names()) | (a.read_names() & b.read_names())
         total = sum(self._bytes_of(name) for name in shared)
-        if total == 0 and self._tiny_size(a) is not None and self._tiny_size(a) == self._tiny_size(b):
+        tiny = self._tiny_size(a)
+        if total == 0 and tiny is not None and tiny == self._tiny_size(b):
             return 1
         return total
 
