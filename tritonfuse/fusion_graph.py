@@ -82,11 +82,9 @@ def candidate_pairs(groups: list, score: Callable, tiny_size: Callable) -> list:
     pairs = {}
     for members in sharing.values():
         for a, b in itertools.combinations(members, 2):   # (in position order already)
-            pairs.setdefault((rank[id(a)], rank[id(b)]), None)
-    for key in list(pairs):
-        a, b = by_position[key[0]], by_position[key[1]]
-        if a.device == b.device:
-            pairs[key] = score(a, b)
+            key = (rank[id(a)], rank[id(b)])
+            if key not in pairs:
+                pairs[key] = score(a, b) if a.device == b.device else 0
     same_size = {}
     for group in by_position:
         key = tiny_size(group)

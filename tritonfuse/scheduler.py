@@ -147,6 +147,16 @@ class FusedNode:
             cached = self._read_names = frozenset(set().union(*(n.read_names for n in self.nodes)) - self.names)
         return cached
 
+    def tiny_size(self):
+        """(x, r) for a kernel of static size small enough that its launch dominates (two
+        such of one size score 1 in ``Scheduler._score`` even sharing nothing), else None;
+        worked out once, as ``read_names``."""
+        if "_tiny_size" not in self.__dict__:
+            numel = self.x_numel * self.r_numel
+            self._tiny_size = (sym.to_int(self.x_numel), sym.to_int(self.r_numel)) \
+                if sym.is_static(numel) and sym.to_int(numel) <= LAUNCH_BOUND_NUMEL else None
+        return self._tiny_size
+
     @property
     def written_inputs(self) -> set:
         """The graph inputs this kernel writes into."""
@@ -247,7 +257,7 @@ class Scheduler:
             graph = self._fusion_graph(groups)
             fusible = [g for g in groups if isinstance(g, FusedNode)]
             consumed = set()
-            for _, a, b in candidate_pairs(fusible, self._score, self._tiny_size):
+            for _, a, b in candidate_pairs(fusible, self._score, FusedNode.tiny_size):
                 if id(a) in consumed or id(b) in consumed:
                     continue
                 merged = self._try_fuse(a, b, graph)
@@ -261,15 +271,6 @@ class Scheduler:
                 break
         metrics.fused_node_count += sum(len(g.nodes) for g in groups if isinstance(g, FusedNode) and len(g.nodes) > 1)
         return groups
-
-    @staticmethod
-    def _tiny_size(group: FusedNode):
-        """(x, r) for a kernel of static size small enough that its launch dominates (two
-        such of one size score 1 in ``_score`` even sharing nothing), else None."""
-        numel = group.x_numel * group.r_numel
-        if sym.is_static(numel) and sym.to_int(numel) <= LAUNCH_BOUND_NUMEL:
-            return sym.to_int(group.x_numel), sym.to_int(group.r_numel)
-        return None
 
     def _dtype_of(self, name: str) -> Optional[torch.dtype]:
         buffer = self.graph.name_to_buffer.get(name)     # (graph inputs included)
@@ -289,8 +290,7 @@ class Scheduler:
         (the second stages of split reductions, for one)."""
         shared = (a.names & b.read_names()) | (b.names & a.read_names()) | (a.read_names() & b.read_names())
         total = sum(self._bytes_of(name) for name in shared)
-        tiny = self._tiny_size(a)
-        if total == 0 and tiny is not None and tiny == self._tiny_size(b):
+        if total == 0 and a.tiny_size() is not None and a.tiny_size() == b.tiny_size():
             return 1
         return total
 
