@@ -1,7 +1,7 @@
-"""The scheduler's fusion bookkeeping (tritonfuse/fusion_graph.py): ancestors kept up to
-date as groups merge agree with ancestors rebuilt from scratch, and the pairs it tries grow
-linearly, not quadratically, with the tiny kernels of an unrolled loop; and such a loop
-compiles to the same values as eager."""
+"""The scheduler's fusion bookkeeping (tritonfuse/fusion_graph.py): the dependency graph
+kept up to date as groups merge agrees with one rebuilt from scratch, and the pairs it
+tries grow linearly, not quadratically, with the tiny kernels of an unrolled loop; and such
+a loop compiles to the same values as eager."""
 import random
 
 import torch
@@ -33,21 +33,40 @@ def closure(groups, preds):
     return ancestors
 
 
-def test_ancestors_kept_up_to_date_match_a_rebuild():
+def inverse(groups, edges):
+    """{id: the ids whose ``edges`` hold it}, by brute force."""
+    return {id(g): {gid for gid, targets in edges.items() if id(g) in targets} for g in groups}
+
+
+def closes_a_cycle(a, b, groups, ancestors):
+    """Whether some third group lies on a path between ``a`` and ``b``, by brute force."""
+    return any(id(a) in ancestors[id(m)] and id(m) in ancestors[id(b)]
+               or id(b) in ancestors[id(m)] and id(m) in ancestors[id(a)]
+               for m in groups if m is not a and m is not b)
+
+
+def test_graph_kept_up_to_date_matches_a_rebuild():
+    """After every merge, preds, ancestors, and their inverses (succs, descendants) match a
+    rebuild from scratch, and so does fusion_closes_a_cycle for random pairs; graphs sparse
+    and dense, groups merged again and again."""
     rng = random.Random(0)
-    for trial in range(20):
-        groups = [Group(i, [f"b{i}"], []) for i in range(40)]
-        preds = {id(g): {id(p) for p in rng.sample(groups[:i], min(i, rng.randint(0, 3)))}
+    for trial in range(40):
+        n, fan_in = rng.choice([(12, 2), (40, 3), (60, 6)])
+        groups = [Group(i, [f"b{i}"], []) for i in range(n)]
+        preds = {id(g): {id(p) for p in rng.sample(groups[:i], min(i, rng.randint(0, fan_in)))}
                  for i, g in enumerate(groups)}
         graph = FusionGraph(groups, preds)
         alive = list(groups)
-        for _ in range(15):
+        for _ in range(n):
+            if len(alive) < 2:
+                break
+            ancestors = closure(alive, preds)
+            for x, y in (rng.sample(alive, 2) for _ in range(10)):
+                expected = closes_a_cycle(x, y, alive, ancestors)
+                assert graph.fusion_closes_a_cycle(x, y) == expected, trial
             a, b = rng.sample(alive, 2)
             if graph.fusion_closes_a_cycle(a, b):
-                # a brute-force check that it would: some third group on a path between them
-                anc = closure(alive, preds)
-                assert any(id(a) in anc[id(m)] and id(m) in anc[id(b)] or id(b) in anc[id(m)] and id(m) in anc[id(a)]
-                           for m in alive if m is not a and m is not b)
+                assert closes_a_cycle(a, b, alive, ancestors), trial
                 continue
             merged = Group(min(a.position, b.position), a.names | b.names, [])
             new_preds = (preds[id(a)] | preds[id(b)]) - {id(a), id(b)}
@@ -58,8 +77,11 @@ def test_ancestors_kept_up_to_date_match_a_rebuild():
             preds[id(merged)] = new_preds
             alive = [g for g in alive if g is not a and g is not b] + [merged]
             graph.merge(a, b, merged)
+            ancestors = closure(alive, preds)
             assert graph.preds == preds, trial
-            assert graph.ancestors == closure(alive, preds), trial
+            assert graph.succs == inverse(alive, preds), trial
+            assert graph.ancestors == ancestors, trial
+            assert graph.descendants == inverse(alive, ancestors), trial
 
 
 def test_tiny_kernels_of_one_size_pair_within_a_window_and_sharers_always():
