@@ -209,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {'fused nodes':<20} {m.fused_node_count}")
         print(f"  {'outer-loop fusions':<20} {len(m.outer_loop_fusions)}")
         print(f"  {'graph cache hits':<20} {m.graph_cache_hits}")
+        print(f"  {'aot cache hits':<20} {m.aot_cache_hits}")
     else:
         section("Compiler metrics")
         print(f"  (tritonfuse.metrics counts tritonfuse compiles only; backend is {args.backend})")

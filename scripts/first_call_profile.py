@@ -125,7 +125,7 @@ def main() -> None:
         from tritonfuse import metrics
         out.update(compile_seconds={k: round(v, 2) for k, v in metrics.compile_seconds.items()},
                    triton_compilations=metrics.triton_compilations, graph_cache_hits=metrics.graph_cache_hits,
-                   eager_graphs=metrics.eager_graphs)
+                   aot_cache_hits=metrics.aot_cache_hits, eager_graphs=metrics.eager_graphs)
     from torch._dynamo.utils import compile_times
     out["dynamo"] = compile_times(repr="str", aggregate=True)
     print(json.dumps(out))

@@ -191,10 +191,11 @@ KINDS = {   # kind -> glob under a Case's root
     "autotune record": "autotune/*.json",
     "size/hash record of a C++ library": "cache/cpp/*/*/kernel.so.sum",
     "size/hash record of a graph module": "cache/graphs/*/g*.py.sum",
+    "aot_autograd entry": "cache/aot/*/a*.pkl",
 }
 # The kinds a warm process reads (kernel.cpp is kept for people; a rebuild rewrites it).
-READ_KINDS = {"cpp": ["graph module", "graph meta", "C++ library", "compiler probe record"],
-              "triton": ["graph module", "graph meta", "Triton kernel file", "autotune record"]}
+READ_KINDS = {"cpp": ["graph module", "graph meta", "C++ library", "compiler probe record", "aot_autograd entry"],
+              "triton": ["graph module", "graph meta", "Triton kernel file", "autotune record", "aot_autograd entry"]}
 
 
 def files_of(case, kind):
@@ -274,6 +275,7 @@ ONE_ENTRY = [   # (backend, [(kind, damage)]): issue 16's cases first; files of 
              ("C++ source", "random bytes")]),           # kept for people: never read
     ("cpp", [("size/hash record of a graph module", "emptied")]),
     ("triton", [("graph module", "random bytes")]),
+    ("cpp", [("aot_autograd entry", "cut short")]),
 ]
 NOT_READ = {"C++ source"}
 

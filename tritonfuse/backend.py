@@ -35,7 +35,7 @@ import logging
 
 import torch
 
-from . import config  # noqa: F401  (the knobs live there)
+from . import aot_cache, config  # noqa: F401  (the knobs live in config)
 from .compile_lock import compiling
 from .compile_options import CompileOptions
 from .direct_inference import InferenceShortcut
@@ -86,12 +86,15 @@ def _effect_tokens_in_graph():
     return functorch_config.patch(unlift_effect_tokens=True)
 
 
-def _compiler(kind, options: CompileOptions, cudagraphs=None):
+def _compiler(kind, options: CompileOptions, cudagraphs=None, capture=None):
     """``options``: the torch.compile call's; ``cudagraphs``: None, or the BackwardTracker
-    that the CUDA-graph runners of one compiled function share."""
+    that the CUDA-graph runners of one compiled function share; ``capture``: None, or the
+    aot_cache.Capture that keeps this compile's result."""
     def compile_fn(gm: torch.fx.GraphModule, example_inputs):
         graph_id = f"{kind}_{next(_graph_counter)}"
         compiled = _compile_or_fall_back(kind, graph_id, gm, example_inputs, options)
+        if capture is not None:
+            capture.record_graph(kind, gm, compiled)
         if cudagraphs is not None:
             from .runtime.cudagraphs import wrap
             compiled = wrap(compiled, gm, example_inputs, graph_id, kind, cudagraphs)
@@ -166,10 +169,17 @@ def _compile(gm, example_inputs, options: CompileOptions):
 def _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_table, options, cudagraphs):
     from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
     shortcut = InferenceShortcut(gm, example_inputs)
+    key = aot_cache.key_for(gm, example_inputs, options)
+    if key is not None:   # a warm start: aot_autograd's result from the disk
+        with _effect_tokens_in_graph():
+            cached = aot_cache.load(key, example_inputs, shortcut)
+        if cached is not None:
+            return cached
+    capture = aot_cache.Capture(key) if key is not None else None
     backend = aot_autograd(
-        fw_compiler=_compiler("forward", options, cudagraphs),
-        bw_compiler=_compiler("backward", options, cudagraphs),
-        inference_compiler=shortcut.wrap(_compiler("inference", options, cudagraphs)),
+        fw_compiler=_compiler("forward", options, cudagraphs, capture),
+        bw_compiler=_compiler("backward", options, cudagraphs, capture),
+        inference_compiler=shortcut.wrap(_compiler("inference", options, cudagraphs, capture)),
         decompositions=decomposition_table(),
         # mutations of inputs that need no gradient stay in the graph as copy_(input, value)
         # (batch norm's running statistics, x.add_(1)): the kernel that computes the value
@@ -182,7 +192,7 @@ def _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_t
                       else default_partition),
     )
     try:
-        with _effect_tokens_in_graph():
+        with _effect_tokens_in_graph(), aot_cache.capturing(capture):
             compiled = backend(gm, example_inputs)
     except _dynamo_control_flow():
         raise

@@ -65,7 +65,7 @@ _RECORD_TAG = "tritonfuse-sum 2"
 # Temporary-file prefixes of earlier versions, swept too.
 TEMP_PREFIXES = (TEMP_PREFIX, ".tmp-")
 # The sub-folders of a cache root that hold tritonfuse's files (the sweep stays inside them).
-_SWEPT_FOLDERS = ("graphs", "cpp", "kernels")
+_SWEPT_FOLDERS = ("graphs", "cpp", "kernels", "aot")
 
 ABSENT = "absent"
 

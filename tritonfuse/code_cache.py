@@ -62,6 +62,12 @@ def _code_fingerprints(device_types) -> list[str]:
     return [_fingerprints[root] for root in sorted(roots)]
 
 
+def code_without_comments(gm: torch.fx.GraphModule) -> str:
+    """The graph's code without its comments (the source lines each node came from, which
+    a graph rebuilt without node metadata lacks, and which change nothing it computes)."""
+    return "\n".join(line for line in gm.code.splitlines() if not line.lstrip().startswith("#"))
+
+
 def graph_key(gm: torch.fx.GraphModule, example_inputs, extra=()) -> str:
     inputs = [(tuple(t.shape), tuple(t.stride()), str(t.dtype), str(t.device), t.storage_offset())
               if isinstance(t, torch.Tensor) else repr(t) for t in example_inputs]
@@ -74,7 +80,8 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, extra=()) -> str:
     knobs["deterministic"] = torch.are_deterministic_algorithms_enabled()
     knobs["split_targets"] = sorted({(str(t.device), split_reduction_target(t.device))
                                      for t in example_inputs if isinstance(t, torch.Tensor)})
-    payload = json.dumps([gm.code, inputs, knobs, _versions(), _code_fingerprints(devices), list(extra)],
+    payload = json.dumps([code_without_comments(gm), inputs, knobs, _versions(), _code_fingerprints(devices),
+                          list(extra)],
                          sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()
 

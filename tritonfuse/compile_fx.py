@@ -62,10 +62,14 @@ class CompiledGraph:
     eagerly from then on (logged), so a compiler bug never crashes the user's model.
     The inputs the graph writes into (``MUTATED_INPUTS``) get their old values back before
     a retry: the eager graph holds the ``copy_`` into them itself, and writes them once."""
-    def __init__(self, module, path, eager_fn=None, rebuild=None, output_strides=None):
+    def __init__(self, module, path, eager_fn=None, rebuild=None, output_strides=None, cache_key=None,
+                 options=None):
         self._boxed_call = True   # an instance attribute: wrappers copy __dict__
         self.module = module
         self.path = path
+        # its graph-cache entry (None: not kept) and the options it was compiled with: what
+        # aot_cache.py keeps to load it again
+        self.cache_key, self.options = cache_key, options
         self.call = module.call
         self.eager_fn = eager_fn
         self.rebuild = rebuild
@@ -107,7 +111,7 @@ class CompiledGraph:
                 rebuild, self.rebuild = self.rebuild, None
                 try:
                     with compiling():      # at call time: with Dynamo's compiles (compile_lock.py)
-                        fresh = rebuild()
+                        fresh = rebuild(saved)
                     self.module, self.path, self.call = fresh.module, fresh.path, fresh.call
                     return list(self.call(list(saved)))
                 except IntegerDivisionByZero:
@@ -177,11 +181,14 @@ def _is_symbolic(value) -> bool:
 
 
 def _compile_graph(gm, example_inputs, graph_id, sizevars, options, layout_plan: LayoutPlan,
-                   read_cache=True) -> CompiledGraph:
+                   read_cache=True, key=None) -> CompiledGraph:
+    """``key``: the graph-cache key to store it under, when the caller knows it (a graph
+    loaded through aot_cache.py, unpickled with renamed nodes, compiled again)."""
     has_constants = any(n.op == "get_attr" for n in gm.graph.nodes)
     hints = sorted((str(s), int(v)) for s, v in sizevars.hints.items()) if sizevars.specialize else []
-    key = code_cache.graph_key(gm, example_inputs, extra=hints + _option_knobs(options, example_inputs)
-                               + _layout_knobs(layout_plan))
+    if key is None:
+        key = code_cache.graph_key(gm, example_inputs, extra=hints + _option_knobs(options, example_inputs)
+                                   + _layout_knobs(layout_plan))
     use_cache = config.graph_cache and not has_constants
     if use_cache and read_cache:
         compiled = _load_cached(key, gm, example_inputs, graph_id, sizevars, options, layout_plan)
@@ -213,7 +220,8 @@ def _compile_graph(gm, example_inputs, graph_id, sizevars, options, layout_plan:
     metrics.symbolic_graphs += symbolic
     log.debug("tritonfuse: compiled %s in %.2fs (%d kernels)", graph_id, time.perf_counter() - started,
               len(kernel_names))
-    return CompiledGraph(module, path, gm.forward, output_strides=output_strides)
+    return CompiledGraph(module, path, gm.forward, output_strides=output_strides,
+                         cache_key=key if use_cache else None, options=options)
 
 
 def _layout_knobs(layout_plan) -> list:
@@ -303,15 +311,14 @@ def _load_cached(key, gm, example_inputs, graph_id, sizevars, options, layout_pl
     entry = code_cache.read_entry(key)
     if entry is None:
         return None
-    source, meta, path = entry
     try:
-        if not sizevars.holds(meta.get("assumptions", [])):
+        if not sizevars.holds(entry[1].get("assumptions", [])):
             return None
     except Exception as error:  # noqa: BLE001 - verified, yet not assumptions this version reads
         code_cache.discard_entry(key, f"unusable assumptions in its meta ({type(error).__name__}: {error})")
         return None
 
-    def rebuild():
+    def rebuild(_inputs):
         """Compile the graph afresh at call time: Dynamo's guards are built by now, so the
         compile adds none (the loaded entry's assumptions are guards already)."""
         code_cache.discard_entry(key, "failed on its first call")
@@ -321,9 +328,45 @@ def _load_cached(key, gm, example_inputs, graph_id, sizevars, options, layout_pl
             return _compile_graph(gm, example_inputs, graph_id, fresh_sizevars, options, layout_plan,
                                   read_cache=False)
 
+    return _compiled_from_entry(key, entry, gm.forward, rebuild, options)
+
+
+def load_compiled_graph(key, gm, graph_id, options):
+    """The static graph stored under `key` (for aot_cache.py: ``gm``, its aten graph,
+    without node metadata), or None. If it fails on its first call it is compiled afresh
+    for the inputs of that call."""
+    entry = code_cache.read_entry(key)
+    if entry is None or entry[1].get("assumptions"):
+        return None
+
+    def rebuild(inputs):
+        code_cache.discard_entry(key, "failed on its first call")
+        return _compile_for_inputs(gm, inputs, graph_id, options, key)
+
+    return _compiled_from_entry(key, entry, gm.forward, rebuild, options)
+
+
+def _compile_for_inputs(gm, inputs, graph_id, options, key):
+    """Compile ``gm`` (no node metadata) for real, static ``inputs`` into the entry ``key``:
+    their fake twins are propagated through it first, as the compile reads every node's
+    value."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    mode = FakeTensorMode()
+    fakes = [mode.from_tensor(value) if isinstance(value, torch.Tensor) else value for value in inputs]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    sizevars = sizevars_for(fakes)
+    with sym.using_sizevars(sizevars):
+        layout_plan = plan_layouts(gm, fakes, graph_kind(graph_id))
+        return _compile_graph(gm, fakes, graph_id, sizevars, options, layout_plan, read_cache=False, key=key)
+
+
+def _compiled_from_entry(key, entry, eager_fn, rebuild, options):
+    source, meta, path = entry
     try:
         module = code_cache.load_module(source, path)
-        compiled = CompiledGraph(module, path, gm.forward, rebuild, meta.get("output_strides"))
+        compiled = CompiledGraph(module, path, eager_fn, rebuild, meta.get("output_strides"), cache_key=key,
+                                 options=options)
     except Exception as error:  # e.g. a kernel library of the entry cannot be built any more
         code_cache.discard_entry(key, f"{type(error).__name__}: {error}")
         return None

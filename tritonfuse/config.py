@@ -238,7 +238,7 @@ KNOBS: dict[str, Knob] = {
         "compiled graphs, C++ builds, Triton kernel files"),
     "graph_cache": Knob(
         "TRITONFUSE_GRAPH_CACHE", Flag(), True,
-        "reuse compiled graphs from the on-disk cache"),
+        "reuse compiled graphs, and aot_autograd's result for them, from the on-disk cache"),
     "direct_inference": Knob(
         "TRITONFUSE_DIRECT_INFERENCE", Flag(), True,
         "call an inference graph that needs none of aot_autograd's runtime-wrapper work (no "

@@ -51,7 +51,21 @@ class InferenceShortcut:
         metrics.direct_inference_graphs += 1
         return _direct_call(self.compiled, self.grad_enabled)
 
+    def decide_from_cache(self, compiled, aten_gm, meta):
+        """For aot_autograd's result loaded from the disk (aot_cache.py): the direct call to
+        the inference graph if the shortcut applies, else None."""
+        from . import config, metrics
+        self.compiles += 1
+        why_not = self._why_not_given(aten_gm, meta)
+        if not config.direct_inference or why_not is not None:
+            return None
+        metrics.direct_inference_graphs += 1
+        return _direct_call(compiled, self.grad_enabled)
+
     def _why_not(self, aten_gm):
+        return self._why_not_given(aten_gm, _forward_metadata())
+
+    def _why_not_given(self, aten_gm, meta):
         if not self.eligible_inputs:
             return "inputs are not distinct plain tensors, or the graph lifts parameters"
         if self.autocast:
@@ -59,7 +73,6 @@ class InferenceShortcut:
         placeholders = [n for n in aten_gm.graph.nodes if n.op == "placeholder"]
         if len(placeholders) != self.num_inputs:
             return "aot_autograd changed the inputs"
-        meta = _forward_metadata()
         if meta is None:
             return "no aot_autograd metadata"
         try:
