@@ -1,8 +1,10 @@
 """CppScheduling: the OpenMP C++ backend's side of the scheduler interface.
 
-All kernels of one compiled graph go into one translation unit, built once (cached on
-disk by source + flags) when the generated module loads; each kernel is called through
-ctypes with its tensors' data pointers.
+All kernels of one compiled graph go into one C++ source, built once into one library
+(cached on disk by source + flags) when the generated module loads; each kernel is called
+through ctypes with its tensors' data pointers. Each kernel is opened by a marker line
+(build.kernel_library_source): a large library compiles as several translation units at
+once, each with the header and some of the kernels.
 """
 import torch
 
@@ -12,11 +14,13 @@ from tritonfuse.codegen.common import KERNEL_NAME_PLACEHOLDER, name_kernel
 from tritonfuse.codegen.loops import plan_segments
 from tritonfuse.dependencies import coarsening_groups, plan_and_deps
 
-from .build import default_num_threads
+from .build import default_num_threads, kernel_library_source
 from .kernel import CppKernel
 
 SCAN_KERNEL_REDUCTIONS = ("sum", "prod", "max", "min", "any", "all")   # one accumulator each, scalar or lanes
 
+# The prelude of every translation unit of a library: it must define nothing of external
+# linkage (see kernel_library_source).
 HEADER = """// tritonfuse generated C++ kernels
 #include "tf_kernel.h"
 """
@@ -114,7 +118,7 @@ class CppScheduling(BackendScheduling):
     def flush(self) -> None:
         if not self.kernels:
             return
-        source = HEADER + "\n" + "\n".join(src for _, src, *_ in self.kernels)
+        source = kernel_library_source(HEADER, [(name, src) for name, src, *_ in self.kernels])
         lines = ["from cpu_backend.build import KernelCallable, load_kernel_library",
                  "cpp_library = load_kernel_library('''" + source.replace("\\", "\\\\") + "''')"]
         if any(checks for *_, checks in self.kernels):
