@@ -307,7 +307,8 @@ def check(family: str, train: bool, device, tolerance: float) -> dict:
     breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
     row = dict(status="ok", first_s=round(first_s, 1), eager_graphs=metrics.eager_graphs,
                eager_reasons=dict(metrics.eager_graph_reasons), graph_breaks=breaks,
-               kernels=metrics.generated_kernel_count, fallbacks=sorted(metrics.fallbacks), **errors)
+               kernels=metrics.generated_kernel_count, graph_cache_hits=metrics.graph_cache_hits,
+               aot_cache_hits=metrics.aot_cache_hits, fallbacks=sorted(metrics.fallbacks), **errors)
     if bad or row["eager_graphs"] or "missing_grads" in row:
         row["status"] = "FAIL"
         row["why"] = ", ".join(bad + (["eager graphs"] if row["eager_graphs"] else [])
