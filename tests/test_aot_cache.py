@@ -200,3 +200,42 @@ def test_graphs_with_state_or_symbols_are_not_kept():
     context = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.DYNAMIC])
     symbolic = mode.from_tensor(torch.randn(4, 3), symbolic_context=context)
     assert aot_cache.key_for(double, [symbolic], CompileOptions()) is None
+
+
+def test_broken_graph_under_a_loaded_entry_keeps_the_layouts_its_backward_expects(monkeypatch, tmp_path):
+    """A forward graph loaded through an entry fails on its first call: it is compiled
+    again outside aot_autograd, where the channels_last choices the cached backward was
+    compiled for are unknown (its outputs are copied into the strides recorded for them),
+    and the training step still matches eager; the entry is deleted."""
+    import glob
+    import pickle
+    import torch
+    from tritonfuse import cache_store, code_cache, config, metrics
+    monkeypatch.setattr(config, "cache_dir", str(tmp_path))
+    monkeypatch.setattr(config, "layout_opt", "1")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 4, 3))
+    x = torch.randn(2, 3, 12, 12)
+
+    def step(fn):
+        model.zero_grad()
+        out = fn(x)
+        out.square().sum().backward()
+        return out, [p.grad.clone() for p in model.parameters()]
+
+    want = step(model)
+    step(torch.compile(model, backend="tritonfuse"))
+    [entry_file] = glob.glob(str(tmp_path / "aot" / "*" / "a*.pkl"))
+    forward_key = pickle.loads(cache_store.read(entry_file))["graphs"]["forward"][0]
+    module = code_cache.module_path(forward_key)
+    assert code_cache.read_entry(forward_key)[1]["output_strides"]   # channels_last outputs reported
+    cache_store.write(module, open(module).read() + "\n\ndef call(args):\n    raise RuntimeError('a broken kernel')\n")
+    torch._dynamo.reset()
+    metrics.reset()
+    got = step(torch.compile(model, backend="tritonfuse"))
+    assert metrics.aot_cache_hits == 1 and metrics.eager_graphs == 0
+    torch.testing.assert_close(got[0], want[0], atol=1e-4, rtol=1e-4)
+    for a, b in zip(got[1], want[1]):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    assert not glob.glob(str(tmp_path / "aot" / "*" / "a*.pkl"))     # the next process compiles afresh

@@ -455,6 +455,15 @@ def test_cached_graph_failing_on_first_call_is_compiled_again(device, monkeypatc
     compiled = torch.compile(f, backend="tritonfuse", dynamic=dynamic)
     torch.testing.assert_close(compiled(x, y), f(x, y))
     assert metrics.eager_graphs == 0 and metrics.cache_repairs >= 1
+    if not dynamic:
+        # loaded through the aot cache (aot_cache.py): compiled again for this process only,
+        # the graph and the aot entry deleted; the next compile of the Dynamo graph writes both
+        assert metrics.aot_cache_hits == 1 and not os.path.exists(newest)
+        assert not glob.glob(os.path.join(config.cache_dir, "aot", "*", "a*.pkl"))
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(f, backend="tritonfuse")(x, y), f(x, y))
+        assert metrics.eager_graphs == 0
+        assert len(glob.glob(os.path.join(config.cache_dir, "aot", "*", "a*.pkl"))) == 1
     assert "a broken kernel" not in open(newest).read() and cache_store.check(newest)[1] is None
     with open(newest[:-3] + ".json") as handle:
         assert json.load(handle)["symbolic"] == dynamic      # rebuilt as it was first built

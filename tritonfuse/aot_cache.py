@@ -25,6 +25,8 @@ constants, subgraphs, tensor subclasses, ops that torch's own cache refuses
 (``check_node_safe``), CUDA graphs, or a compile that fell back (per shape or eagerly) are
 not kept. Anything that fails while keeping or loading an entry leaves the graph to the
 normal compile (logged at debug); an entry that cannot be used is deleted (cache_store).
+A graph loaded through an entry that fails on its first call is compiled again for that
+call's inputs, and the entry deleted (compile_fx.load_compiled_graph).
 """
 from __future__ import annotations
 
@@ -200,7 +202,12 @@ def _recording(original, kind: str):
         result = original(*args, **kwargs)
         capture = getattr(_active, "capture", None)
         if capture is not None:
-            capture.record_aot(kind, signature.bind(*args, **kwargs).arguments)
+            try:
+                arguments = signature.bind(*args, **kwargs).arguments
+            except TypeError as error:   # called otherwise than its signature says: keep nothing
+                capture.spoil(f"{original.__name__}: {error}")
+            else:
+                capture.record_aot(kind, arguments)
         return result
     return record_and_pass_through
 
@@ -306,7 +313,7 @@ def load(key: str, example_inputs, shortcut):
         entry = pickle.loads(data)
         if entry.get("format") != FORMAT_VERSION:
             raise ValueError(f"format {entry.get('format')!r}")
-        compiled = _rebuild(entry, example_inputs, shortcut)
+        compiled = _rebuild(entry, key, example_inputs, shortcut)
     except _GraphMissing as why:   # the normal compile writes the graph, and this entry, again
         log.debug("tritonfuse: aot cache entry %s not used: %s", path, why)
         return None
@@ -344,13 +351,16 @@ class _LoadedGraph:
         pass
 
 
-def _rebuild(entry: dict, example_inputs, shortcut):
+def _rebuild(entry: dict, entry_key: str, example_inputs, shortcut):
     from torch._dynamo.utils import counters
     from torch._functorch._aot_autograd.aot_autograd_result import GenericAOTAutogradResult
     from .compile_fx import load_compiled_graph
     runtime = pickle.loads(entry["runtime"])
     aten_graphs = {kind: pickle.loads(gm) for kind, (_, gm, _) in entry["graphs"].items()}
-    graphs = {kind: load_compiled_graph(key, aten_graphs[kind], f"{kind}_cached", options)
+    def discard_entry():
+        cache_store.discard(entry_path(entry_key), "one of its graphs failed on its first call")
+
+    graphs = {kind: load_compiled_graph(key, aten_graphs[kind], f"{kind}_cached", options, discard_entry)
               for kind, (key, _, options) in entry["graphs"].items()}
     if any(graph is None for graph in graphs.values()):
         raise _GraphMissing("a graph of the entry is not in the graph cache (any more)")

@@ -181,15 +181,12 @@ def _is_symbolic(value) -> bool:
 
 
 def _compile_graph(gm, example_inputs, graph_id, sizevars, options, layout_plan: LayoutPlan,
-                   read_cache=True, key=None) -> CompiledGraph:
-    """``key``: the graph-cache key to store it under, when the caller knows it (a graph
-    loaded through aot_cache.py, unpickled with renamed nodes, compiled again)."""
+                   read_cache=True, write_cache=True) -> CompiledGraph:
     has_constants = any(n.op == "get_attr" for n in gm.graph.nodes)
     hints = sorted((str(s), int(v)) for s, v in sizevars.hints.items()) if sizevars.specialize else []
-    if key is None:
-        key = code_cache.graph_key(gm, example_inputs, extra=hints + _option_knobs(options, example_inputs)
-                                   + _layout_knobs(layout_plan))
-    use_cache = config.graph_cache and not has_constants
+    key = code_cache.graph_key(gm, example_inputs, extra=hints + _option_knobs(options, example_inputs)
+                               + _layout_knobs(layout_plan))
+    use_cache = config.graph_cache and not has_constants and write_cache
     if use_cache and read_cache:
         compiled = _load_cached(key, gm, example_inputs, graph_id, sizevars, options, layout_plan)
         if compiled is not None:
@@ -331,25 +328,35 @@ def _load_cached(key, gm, example_inputs, graph_id, sizevars, options, layout_pl
     return _compiled_from_entry(key, entry, gm.forward, rebuild, options)
 
 
-def load_compiled_graph(key, gm, graph_id, options):
+def load_compiled_graph(key, gm, graph_id, options, discard_owner):
     """The static graph stored under `key` (for aot_cache.py: ``gm``, its aten graph,
-    without node metadata), or None. If it fails on its first call it is compiled afresh
-    for the inputs of that call."""
+    without node metadata), or None. If it fails on its first call, it and the entry that
+    loaded it (``discard_owner()``) are deleted, and it is compiled afresh for the inputs of
+    that call, for this process only: outside aot_autograd's compile, the layout choices
+    that the other graphs of the entry were compiled for are unknown (layout_opt.py), so
+    its outputs are copied into the strides recorded for them. The next process compiles
+    the whole Dynamo graph again."""
     entry = code_cache.read_entry(key)
     if entry is None or entry[1].get("assumptions"):
         return None
+    strides = entry[1].get("output_strides")
 
     def rebuild(inputs):
         code_cache.discard_entry(key, "failed on its first call")
-        return _compile_for_inputs(gm, inputs, graph_id, options, key)
+        discard_owner()
+        fresh = _compile_for_inputs(gm, inputs, graph_id, options)
+        if strides:
+            call = fresh.call
+            fresh.call = lambda args: _with_strides(call(args), strides)
+        return fresh
 
     return _compiled_from_entry(key, entry, gm.forward, rebuild, options)
 
 
-def _compile_for_inputs(gm, inputs, graph_id, options, key):
-    """Compile ``gm`` (no node metadata) for real, static ``inputs`` into the entry ``key``:
-    their fake twins are propagated through it first, as the compile reads every node's
-    value."""
+def _compile_for_inputs(gm, inputs, graph_id, options):
+    """Compile ``gm`` (no node metadata) for real, static ``inputs``, kept out of the graph
+    cache: their fake twins are propagated through it first, as the compile reads every
+    node's value."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
     mode = FakeTensorMode()
@@ -358,7 +365,8 @@ def _compile_for_inputs(gm, inputs, graph_id, options, key):
     sizevars = sizevars_for(fakes)
     with sym.using_sizevars(sizevars):
         layout_plan = plan_layouts(gm, fakes, graph_kind(graph_id))
-        return _compile_graph(gm, fakes, graph_id, sizevars, options, layout_plan, read_cache=False, key=key)
+        return _compile_graph(gm, fakes, graph_id, sizevars, options, layout_plan, read_cache=False,
+                              write_cache=False)
 
 
 def _compiled_from_entry(key, entry, eager_fn, rebuild, options):
