@@ -218,10 +218,18 @@ def test_graph_without_convolution_is_unchanged(device, monkeypatch):
     assert generated["0"] == generated["1"]
 
 
+def _no_caches_across_policies(monkeypatch):
+    """These tests change layout_opt's module-level policy, which is code in real use (the
+    caches' keys hold a fingerprint of it): an aot_autograd entry kept under another policy
+    by an earlier test of this worker would hand back that policy's forward and backward."""
+    monkeypatch.setattr(config, "graph_cache", False)
+
+
 def test_auto_backward_follows_the_forward(device, monkeypatch):
     """Under "auto", the backward turns channels_last on when the forward did (its saved
     activations arrive channels_last), and off when it did not."""
     monkeypatch.setattr(config, "layout_opt", "auto")
+    _no_caches_across_policies(monkeypatch)
     torch.manual_seed(0)
     x = torch.randn(2, 3, 9, 11, device=device)
     for forward_decides in (True, False):
@@ -260,6 +268,7 @@ def test_backward_given_channels_last_gradients_gets_channels_last_operands(devi
     channels_last; the weight, which the weight's gradient does not read, keeps its
     layout. Elsewhere the layouts stay eager's."""
     monkeypatch.setattr(config, "layout_opt", "auto")
+    _no_caches_across_policies(monkeypatch)
     monkeypatch.setattr(layout_opt, "CPU_DEFAULT", forward_decides)
     monkeypatch.setattr(layout_opt, "_worth_it_on_gpu", lambda *args, **kwargs: forward_decides)
     monkeypatch.setattr(layout_opt, "CHANNELS_LAST_GRADIENT_DEVICES", (torch.device(device).type,) if listed else ())
