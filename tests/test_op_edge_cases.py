@@ -66,6 +66,7 @@ def test_a_graph_aot_autograd_rejects_runs_eagerly(device, monkeypatch, caplog):
     def broken_sin(x):
         raise RuntimeError("simulated decomposition failure")
     monkeypatch.setattr(decompositions, "decomposition_table", lambda: {torch.ops.aten.sin.default: broken_sin})
+    monkeypatch.setattr(tritonfuse.config, "graph_cache", False)   # no result of an earlier test's trace
     x = rand(6, device=device)
     compiled = torch.compile(lambda a: a.sin() * 2, backend="tritonfuse")
     with caplog.at_level(logging.WARNING, logger="tritonfuse"):

@@ -133,6 +133,7 @@ def test_compile_failure_runs_eagerly_and_is_logged(device, monkeypatch, caplog)
     def broken(*args, **kwargs):
         raise RuntimeError("simulated compiler bug")
     monkeypatch.setattr(compile_fx, "schedule", broken)
+    monkeypatch.setattr(tritonfuse.config, "graph_cache", False)   # no graph of an earlier test
     x = rand(3, 3, device=device)
     out = torch.compile(lambda a: a.sin() + 1, backend="tritonfuse")(x)
     torch.testing.assert_close(out, x.sin() + 1)
