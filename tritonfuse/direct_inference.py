@@ -54,13 +54,10 @@ class InferenceShortcut:
     def decide_from_cache(self, compiled, aten_gm, meta):
         """For aot_autograd's result loaded from the disk (aot_cache.py): the direct call to
         the inference graph if the shortcut applies, else None."""
-        from . import config, metrics
         self.compiles += 1
-        why_not = self._why_not_given(aten_gm, meta)
-        if not config.direct_inference or why_not is not None:
-            return None
-        metrics.direct_inference_graphs += 1
-        return _direct_call(compiled, self.grad_enabled)
+        if self._why_not_given(aten_gm, meta) is None:
+            self.compiled = compiled
+        return self.callable_or(None)
 
     def _why_not(self, aten_gm):
         return self._why_not_given(aten_gm, _forward_metadata())
