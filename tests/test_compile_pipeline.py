@@ -119,6 +119,35 @@ def test_launch_uses_the_pool_binaries(fresh_pool):
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+def test_a_pool_binarys_first_launch_builds_no_launcher(fresh_pool, monkeypatch):
+    """Loading a binary from the pool at its first launch runs no C compiler: the pool
+    built its signature's launcher ahead (Triton 3.6), or this Triton needs none."""
+    from triton.runtime import build
+    n = 4096
+    kernel = add_kernel("triton_poi_prebuilt_add_0")
+    configs = [Config({"XBLOCK": 512}, 4)]
+    launcher = TritonLauncher(kernel.name, kernel.source, "pointwise", {"x": n}, [2], "cuda", configs,
+                              pointer_dtypes=(torch.float32,) * 3, device_index=torch.cuda.current_device())
+    a, b, out = (torch.randn(n, device="cuda") for _ in range(3))
+    launcher.run(a, b, out, n)                 # loads the driver, whatever it builds
+    for f in launcher._binaries[2].values():
+        f.result()
+    other = add_kernel("triton_poi_prebuilt_add_1").source.replace("tmp0 + tmp1", "tmp0 * tmp1")
+    launcher = TritonLauncher("triton_poi_prebuilt_add_1", other, "pointwise", {"x": n}, [2], "cuda", configs,
+                              pointer_dtypes=(torch.float16,) * 3, device_index=torch.cuda.current_device())
+    for f in launcher._binaries[2].values():
+        f.result()
+
+    def no_compiler(*args, **kwargs):
+        raise AssertionError("a C compiler ran at a launch")
+
+    monkeypatch.setattr(build, "_build", no_compiler)
+    h = [t.half() for t in (a, b, out)]
+    launcher.run(*h, n)
+    torch.testing.assert_close(h[2], h[0] * h[1])
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 def test_symbolic_kernels_launch_their_binaries_after_each_buckets_first(fresh_pool, monkeypatch):
     """A graph of symbolic sizes: after a bucket's first call its launches skip the JIT's
     dispatch (tests/test_direct_launch.py checks the launches themselves), and sizes of
@@ -208,6 +237,35 @@ def test_identical_kernels_compile_once_offline(fresh_pool):
     assert metrics.triton_compilations == 2
     src = other[cfg].result().src
     assert src.attrs[(0,)] == [] and src.signature["xnumel"] == "constexpr" and src.constants[(3,)] == 1
+
+
+class _RecordingLauncher:
+    """Stands in for Triton 3.6's per-signature CUDA launcher: records what it is built for."""
+    built = []
+
+    def __init__(self, src, metadata):
+        type(self).built.append(tuple(src.signature.values()))
+
+
+def test_the_pool_builds_each_signatures_launcher_ahead_once(fresh_pool, monkeypatch):
+    """On a Triton that builds a C launcher per kernel signature at a binary's first load,
+    the pool builds it once per signature after the compile, off the thread that runs the
+    graph; binaries that are only compiled (no device to load on) get none."""
+    monkeypatch.setattr(async_compile, "_per_signature_launcher", lambda: _RecordingLauncher)
+    monkeypatch.setattr(async_compile, "_launchers_built", set())
+    monkeypatch.setattr(_RecordingLauncher, "built", [])
+    pool = CompilePool(workers=0)
+    argspec = ArgSpec.aligned([torch.float32] * 3, [4096])
+    configs = [Config({"XBLOCK": 1024}, 4), Config({"XBLOCK": 512}, 2)]
+    futures, _ = pool.submit(add_kernel("triton_poi_launch_add_0"), configs, argspec, sm90(), 0)
+    assert all(futures[c].result().asm["cubin"] for c in configs)
+    assert _RecordingLauncher.built == [("*fp32", "*fp32", "*fp32", "i32", "constexpr")]
+    odd = ArgSpec.aligned([torch.float32] * 3, [1])
+    pool.submit(add_kernel("triton_poi_launch_add_0"), configs[:1], odd, sm90(), 0)
+    pool.submit(add_kernel("triton_poi_compile_only_0"), configs[:1], ArgSpec.aligned([torch.float16] * 3, [4096]),
+                sm90())
+    assert _RecordingLauncher.built == [("*fp32", "*fp32", "*fp32", "i32", "constexpr"),
+                                        ("*fp32", "*fp32", "*fp32", "constexpr", "constexpr")]
 
 
 def test_failed_compile_is_reported_to_the_waiter(fresh_pool):
