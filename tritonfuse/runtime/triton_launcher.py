@@ -32,7 +32,7 @@ from .. import cache_store, metrics
 from .. import config as tf_config
 from . import async_compile, autotuner
 from .direct_launch import make_direct_launch
-from .heuristics import MAX_GRID_YZ, NUMEL_ARGS, Config, candidate_configs, size_key
+from .heuristics import KINDS, MAX_GRID_YZ, NUMEL_ARGS, Config, candidate_configs, size_key
 
 log = logging.getLogger("tritonfuse.autotune")
 
@@ -285,7 +285,7 @@ class TritonLauncher:
         this kernel, its sizes and the GPU (a warm start then loads one binary per kernel,
         not every candidate's; a candidate needed after all is compiled at its launch)."""
         candidates = self._explicit_configs
-        if len(candidates) > 1 and tf_config.autotune != "none":
+        if self._may_take_a_tuning_result(candidates):
             import torch
             known = self._known_config(candidates, torch.cuda.get_device_name(device_index))
             if known is not None:
@@ -428,7 +428,7 @@ class TritonLauncher:
         "default" mode a result of the full search ("max", as scripts/warmup_autotune.py
         runs it) for the same kernel and sizes is taken first."""
         candidates = self._candidates
-        if len(candidates) == 1 or tf_config.autotune == "none":
+        if not self._may_take_a_tuning_result(candidates):
             return candidates[0]
         if self._interpreted and not tf_config.autotune_under_interpreter:
             return candidates[0]
@@ -440,6 +440,8 @@ class TritonLauncher:
             self.timings_ms = known[1]
             log.debug("autotune %s: known result %s", self.name, known[0])
             return known[0]
+        if len(candidates) == 1:
+            return candidates[0]
         versions = autotune_cache.current_versions()
         sizes = self.tuning_sizes()
         tuned_as = self._tuning_source()
@@ -473,6 +475,13 @@ class TritonLauncher:
         except OSError as e:
             log.warning("autotune %s: could not write the autotune cache: %s", self.name, e)
         return cfg
+
+    def _may_take_a_tuning_result(self, candidates: Sequence[Config]) -> bool:
+        """Whether the config may come from tuning: several candidates, or (in "default"
+        mode, which tunes some kinds of kernel not at all) a result of the full search."""
+        if tf_config.autotune == "none":
+            return False
+        return len(candidates) > 1 or (tf_config.autotune == "default" and self.kind in KINDS)
 
     def _tuning_source(self) -> str:
         """What this kernel's tuning results are keyed by: its source with the name
