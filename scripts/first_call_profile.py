@@ -16,6 +16,8 @@ and a warm first call.
 lists the functions on the stack in most samples (inclusive) and at its top (leaf), and a
 histogram of how many compile-pool threads were busy. Unlike cProfile, the shares are of
 wall time, waits included, and nothing but the main thread is attributed to it.
+--stacks FILE (with --sample) also writes every thread's collapsed stacks but the compile
+pool's (the autograd engine's device threads run the backward), for a flame graph.
 """
 from __future__ import annotations
 
@@ -44,6 +46,9 @@ class StackSampler:
         self.leaf: collections.Counter = collections.Counter()
         self.busy_pool_threads: collections.Counter = collections.Counter()
         self.samples = 0
+        # collapsed stacks ("thread;outer;...;inner" -> samples) of every thread but the
+        # compile pool's, for a flame graph or a breakdown by caller (--stacks FILE)
+        self.stacks: collections.Counter = collections.Counter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -61,6 +66,11 @@ class StackSampler:
             pool = [t for t in threading.enumerate() if t.name.startswith("tritonfuse-compile")]
             self.busy_pool_threads[sum(1 for t in pool if t.ident in frames
                                        and frames[t.ident].f_code.co_name not in ("_serve", "get", "wait"))] += 1
+            names = {t.ident: t.name for t in threading.enumerate()}
+            for ident, top in frames.items():
+                name = names.get(ident, str(ident))
+                if ident != threading.get_ident() and not name.startswith("tritonfuse-compile"):
+                    self.stacks[";".join([name] + self._stack(top))] += 1
             frame, seen = frames.get(self.thread_id), set()
             if frame is None:
                 continue
@@ -72,6 +82,14 @@ class StackSampler:
                     self.inclusive[name] += 1
                     seen.add(name)
                 frame = frame.f_back
+
+    @classmethod
+    def _stack(cls, frame) -> list[str]:
+        names = []
+        while frame is not None:
+            names.append(cls._name(frame))
+            frame = frame.f_back
+        return names[::-1]
 
     @staticmethod
     def _name(frame) -> str:
@@ -93,6 +111,8 @@ def main() -> None:
     parser.add_argument("backend", help="tritonfuse, inductor, ...")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--sample", type=float, default=0, metavar="MS", help="sample the main thread every MS ms")
+    parser.add_argument("--stacks", metavar="FILE", help="with --sample: write every thread's collapsed stacks "
+                        "(but the compile pool's) to FILE, one 'thread;outer;...;inner count' per line")
     args = parser.parse_args()
     import model_zoo
     packages = time.perf_counter()
@@ -131,6 +151,9 @@ def main() -> None:
     print(json.dumps(out))
     if sampler is not None:
         print(sampler.report())
+        if args.stacks:
+            with open(args.stacks, "w") as f:
+                f.writelines(f"{stack} {count}\n" for stack, count in sampler.stacks.most_common())
 
 
 if __name__ == "__main__":
