@@ -252,7 +252,7 @@ def test_the_pool_builds_each_signatures_launcher_ahead_once(fresh_pool, monkeyp
     the pool builds it once per signature after the compile, off the thread that runs the
     graph; binaries that are only compiled (no device to load on) get none."""
     monkeypatch.setattr(async_compile, "_per_signature_launcher", lambda: _RecordingLauncher)
-    monkeypatch.setattr(async_compile, "_launchers_built", set())
+    monkeypatch.setattr(async_compile, "_launchers_built", {})
     monkeypatch.setattr(_RecordingLauncher, "built", [])
     pool = CompilePool(workers=0)
     argspec = ArgSpec.aligned([torch.float32] * 3, [4096])
@@ -266,6 +266,36 @@ def test_the_pool_builds_each_signatures_launcher_ahead_once(fresh_pool, monkeyp
                 sm90())
     assert _RecordingLauncher.built == [("*fp32", "*fp32", "*fp32", "i32", "constexpr"),
                                         ("*fp32", "*fp32", "*fp32", "constexpr", "constexpr")]
+
+
+class _SlowLauncher:
+    """A launcher build that takes a while."""
+    finished = []
+
+    def __init__(self, src, metadata):
+        time.sleep(0.5)
+        type(self).finished.append(tuple(src.signature.values()))
+
+
+def test_binaries_of_one_signature_wait_for_its_launcher(fresh_pool, monkeypatch):
+    """Two configs of one kernel compile at once on two pool threads: one builds the
+    launcher, and the other's binary is handed over only once that build has finished."""
+    monkeypatch.setattr(async_compile, "_per_signature_launcher", lambda: _SlowLauncher)
+    monkeypatch.setattr(async_compile, "_launchers_built", {})
+    monkeypatch.setattr(_SlowLauncher, "finished", [])
+    pool = CompilePool(workers=2)
+    try:
+        configs = [Config({"XBLOCK": 1024}, 4), Config({"XBLOCK": 512}, 2)]
+        futures, _ = pool.submit(add_kernel("triton_poi_slow_launch_0"), configs,
+                                 ArgSpec.aligned([torch.float32] * 3, [4096]), sm90(), 0)
+        seen = []
+        for cfg in configs:
+            futures[cfg].add_done_callback(lambda f: seen.append(len(_SlowLauncher.finished)))
+        for cfg in configs:
+            futures[cfg].result(timeout=300)
+        assert len(_SlowLauncher.finished) == 1 and seen == [1, 1]
+    finally:
+        pool.close()
 
 
 def test_failed_compile_is_reported_to_the_waiter(fresh_pool):

@@ -198,9 +198,11 @@ def _serialize_kernel_parsing() -> None:
 _triton_key_lock = threading.Lock()
 _triton_hashed = False
 
-# The signatures whose host launcher a pool thread has built (or is building).
-_launchers_built: set = set()
+# Signatures whose host launcher a pool thread has built or is building: set when built.
+_launchers_built: dict[tuple, threading.Event] = {}
 _launchers_lock = threading.Lock()
+# How long a pool thread waits for another's build of the same launcher.
+LAUNCHER_BUILD_WAIT_S = 60
 
 
 def _per_signature_launcher():
@@ -221,7 +223,9 @@ def build_launcher(compiled) -> None:
     signature and process, so that loading the binary at its first launch (in the thread
     that runs the graph) finds it in Triton's cache. Without this, the launchers of a
     transformer's training graphs cost seconds of gcc on that thread, one after another,
-    after the pool has compiled every binary. A failure only leaves the build to the load."""
+    after the pool has compiled every binary. A thread whose signature another one is
+    building waits for that build (its binary's first load would otherwise build it too).
+    A failure only leaves the build to the load."""
     launcher_cls = _per_signature_launcher()
     src = getattr(compiled, "src", None)
     signature = getattr(src, "signature", None)
@@ -229,13 +233,19 @@ def build_launcher(compiled) -> None:
         return
     key = tuple(signature.values())
     with _launchers_lock:
-        if key in _launchers_built:
-            return
-        _launchers_built.add(key)
+        built = _launchers_built.get(key)
+        builder = built is None
+        if builder:
+            built = _launchers_built[key] = threading.Event()
+    if not builder:
+        built.wait(LAUNCHER_BUILD_WAIT_S)
+        return
     try:
         launcher_cls(src, compiled.metadata)
     except Exception as error:  # noqa: BLE001 - an optimisation only
         log.debug("building the launcher of %s ahead failed: %s", getattr(compiled, "name", "?"), error)
+    finally:
+        built.set()
 
 
 def _hash_triton_once() -> None:
