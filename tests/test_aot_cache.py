@@ -1,7 +1,8 @@
 """Warm starts through the aot cache (tritonfuse/aot_cache.py): a second process that meets
 the same Dynamo graphs loads aot_autograd's result from the disk instead of tracing and
 partitioning again, and must compute what eager computes: outputs, gradients, mutated
-inputs (batch norm's running statistics), outputs that alias inputs, a tensor passed twice.
+inputs (batch norm's running statistics), outputs that alias inputs, a tensor passed twice,
+constants made in the graph.
 Graphs the cache does not keep (symbolic sizes) and an entry whose compiled graph is gone
 take the normal compile, with the right answer and no graph run eagerly.
 """
@@ -98,6 +99,17 @@ def same_tensor_twice():   # aot_autograd de-duplicates the inputs
     check("duplicated input gradient", grad, x.grad)
 
 
+def with_constants(x):
+    mask = torch.tensor([[0.0, float("-inf")] * 4])   # tensors made in the graph: its constants
+    return torch.softmax(x + mask, -1) * torch.tensor(2.5) + torch.arange(8.0)
+
+
+def inference_with_constants():
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        check("graph with constants", torch.compile(with_constants, backend="tritonfuse")(x), with_constants(x))
+
+
 def symbolic_sizes():   # not kept: the normal compile every time
     f = torch.compile(lambda x: torch.relu(x) * 2, backend="tritonfuse", dynamic=True)
     for n in (5, 7):
@@ -105,7 +117,8 @@ def symbolic_sizes():   # not kept: the normal compile every time
         check("symbolic", f(x), torch.relu(x) * 2)
 
 
-for scenario in (training_step, batch_norm_training, inference_with_aliases, same_tensor_twice, symbolic_sizes):
+for scenario in (training_step, batch_norm_training, inference_with_aliases, same_tensor_twice,
+                 inference_with_constants, symbolic_sizes):
     torch._dynamo.reset()
     scenario()
 print(json.dumps({"problems": problems, "aot_cache_hits": metrics.aot_cache_hits,
@@ -142,8 +155,9 @@ def warm_cache(tmp_path_factory):
 def test_second_process_loads_aot_results_and_matches_eager(warm_cache):
     root, cache = warm_cache
     warm = _run(cache, root)
-    # the training step, batch norm, the aliasing inference, the duplicated input; symbolic sizes never
-    assert warm["aot_cache_hits"] == 4, warm
+    # the training step, batch norm, the aliasing inference, the duplicated input, the graph
+    # with constants; symbolic sizes never
+    assert warm["aot_cache_hits"] == 5, warm
     assert warm["cache_repairs"] == 0
 
 
@@ -155,7 +169,7 @@ def test_entry_whose_graphs_are_gone_compiles_again(warm_cache, tmp_path):
     report = _run(copy, str(tmp_path))
     assert report["aot_cache_hits"] == 0
     again = _run(copy, str(tmp_path))    # the compile wrote graphs and entries afresh
-    assert again["aot_cache_hits"] == 4, again
+    assert again["aot_cache_hits"] == 5, again
 
 
 def _key(fn, *inputs):
@@ -239,3 +253,36 @@ def test_broken_graph_under_a_loaded_entry_keeps_the_layouts_its_backward_expect
     for a, b in zip(got[1], want[1]):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
     assert not glob.glob(str(tmp_path / "aot" / "*" / "a*.pkl"))     # the next process compiles afresh
+
+
+def test_graph_keys_hold_the_contents_of_constants(monkeypatch):
+    """A graph's constants are read by its generated code at run time and taken from the
+    graph on a cache hit: the graph cache key holds their contents, and constants too
+    large to hash at every compile leave the graph out of the cache."""
+    import torch
+    from tritonfuse import code_cache
+
+    def graph_with(value):
+        gm = torch.fx.symbolic_trace(lambda x: x + 1)
+        gm.register_buffer("_tensor_constant0", value, persistent=False)
+        x = next(n for n in gm.graph.nodes if n.op == "placeholder")
+        with gm.graph.inserting_after(x):
+            const = gm.graph.get_attr("_tensor_constant0")
+        out = next(n for n in gm.graph.nodes if n.op == "output")
+        with gm.graph.inserting_before(out):
+            total = gm.graph.call_function(torch.add, (out.args[0], const))
+        out.args = (total,)
+        gm.recompile()
+        return gm
+
+    def key(gm):
+        fingerprint = code_cache.constants_fingerprint(gm)
+        return None if fingerprint is None else code_cache.graph_key(gm, [torch.randn(4)], extra=[fingerprint])
+
+    one = torch.ones(4)
+    assert key(graph_with(one)) == key(graph_with(one.clone()))
+    assert key(graph_with(one)) != key(graph_with(one * 2))                 # other contents
+    assert key(graph_with(one)) != key(graph_with(one.double()))            # another dtype
+    assert code_cache.constants_fingerprint(torch.fx.symbolic_trace(lambda x: x + 1)) == []
+    monkeypatch.setattr(code_cache, "MAX_HASHED_CONSTANT_BYTES", 8)
+    assert code_cache.constants_fingerprint(graph_with(one)) is None

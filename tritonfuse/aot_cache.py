@@ -20,8 +20,10 @@ Inductor's own output; tritonfuse keeps its own:
 The key is stricter than torch's: the Dynamo graph's code, every input's metadata and which
 inputs share storage, grad and autocast modes, the flags that decide how ops trace (SDPA,
 TF32, cuDNN, deterministic), tritonfuse's settings, options and code, and the versions of
-torch and triton. Kept conservative: graphs with symbolic sizes, lifted parameters or
-constants, subgraphs, tensor subclasses, ops that torch's own cache refuses
+torch and triton. Kept conservative: graphs with symbolic sizes, Dynamo graphs that hold
+parameters, buffers or constants (get_attr; the constants that aot_autograd's trace makes,
+``torch.tensor(...)`` in a model, are kept: the graph cache keys their contents and the
+pickled aten graph holds them), subgraphs, tensor subclasses, ops that torch's own cache refuses
 (``check_node_safe``), CUDA graphs, or a compile that fell back (per shape or eagerly) are
 not kept. Anything that fails while keeping or loading an entry leaves the graph to the
 normal compile (logged at debug); an entry that cannot be used is deleted (cache_store).

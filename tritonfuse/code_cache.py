@@ -10,6 +10,8 @@ it was made of: kernel names, fallbacks), both written and verified by cache_sto
 module is executed from the verified bytes, never read twice.
 """
 import hashlib
+import io
+import operator
 import json
 import linecache
 import os
@@ -84,6 +86,42 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, extra=()) -> str:
                           list(extra)],
                          sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()
+
+
+# The most bytes of constants a graph may hold and still be kept in the graph cache: each
+# compile hashes them (about 5 ms per MiB), so a graph holding large frozen weights is
+# compiled again instead.
+MAX_HASHED_CONSTANT_BYTES = 64 << 20
+
+
+def constants_fingerprint(gm: torch.fx.GraphModule) -> list | None:
+    """What a graph's get_attr tensors add to its key: each one's target, metadata and a
+    hash of its contents (the generated code reads them at run time, and a graph loaded
+    from the cache takes them from the graph it stands for); [] for none. None where they
+    are too large to hash at every compile (MAX_HASHED_CONSTANT_BYTES): not cacheable."""
+    fingerprint, total = [], 0
+    for node in gm.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        try:
+            value = operator.attrgetter(node.target)(gm)
+        except AttributeError:
+            return None
+        if not isinstance(value, torch.Tensor):
+            fingerprint.append((node.target, repr(value)))
+            continue
+        if type(value) not in (torch.Tensor, torch.nn.Parameter) or value.layout != torch.strided:
+            return None
+        total += value.numel() * value.element_size()
+        if total > MAX_HASHED_CONSTANT_BYTES:
+            return None
+        data = io.BytesIO()
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        with unset_fake_temporarily():
+            torch.save(value.detach().to("cpu").contiguous().clone(), data)
+        fingerprint.append((node.target, str(value.dtype), tuple(value.shape), tuple(value.stride()),
+                            value.storage_offset(), str(value.device), hashlib.sha256(data.getvalue()).hexdigest()))
+    return fingerprint
 
 
 def module_path(key: str) -> str:

@@ -9,6 +9,7 @@
 import contextlib
 import copy
 import logging
+import operator
 import os
 import tempfile
 import threading
@@ -182,11 +183,11 @@ def _is_symbolic(value) -> bool:
 
 def _compile_graph(gm, example_inputs, graph_id, sizevars, options, layout_plan: LayoutPlan,
                    read_cache=True, write_cache=True) -> CompiledGraph:
-    has_constants = any(n.op == "get_attr" for n in gm.graph.nodes)
+    constants = code_cache.constants_fingerprint(gm)
     hints = sorted((str(s), int(v)) for s, v in sizevars.hints.items()) if sizevars.specialize else []
     key = code_cache.graph_key(gm, example_inputs, extra=hints + _option_knobs(options, example_inputs)
-                               + _layout_knobs(layout_plan))
-    use_cache = config.graph_cache and not has_constants and write_cache
+                               + _layout_knobs(layout_plan) + [("constants", constants)])
+    use_cache = config.graph_cache and constants is not None and write_cache
     if use_cache and read_cache:
         compiled = _load_cached(key, gm, example_inputs, graph_id, sizevars, options, layout_plan)
         if compiled is not None:
@@ -205,7 +206,7 @@ def _compile_graph(gm, example_inputs, graph_id, sizevars, options, layout_plan:
     output_strides = _output_strides(graph) if layout_plan.reported_strides is not None else None
     meta = {"kernels": kernel_names, "fallbacks": {k: v for k, v in metrics.fallbacks.items()},
             "symbolic": symbolic, "assumptions": [str(a) for a in sizevars.assumptions],
-            "output_strides": output_strides}
+            "output_strides": output_strides, "constants": graph.constant_targets}
     if use_cache:
         path = code_cache.write_entry(key, source, meta)
     else:
@@ -325,7 +326,7 @@ def _load_cached(key, gm, example_inputs, graph_id, sizevars, options, layout_pl
             return _compile_graph(gm, example_inputs, graph_id, fresh_sizevars, options, layout_plan,
                                   read_cache=False)
 
-    return _compiled_from_entry(key, entry, gm.forward, rebuild, options)
+    return _compiled_from_entry(key, entry, gm, rebuild, options)
 
 
 def load_compiled_graph(key, gm, graph_id, options, discard_owner):
@@ -350,7 +351,7 @@ def load_compiled_graph(key, gm, graph_id, options, discard_owner):
             fresh.call = lambda args: _with_strides(call(args), strides)
         return fresh
 
-    return _compiled_from_entry(key, entry, gm.forward, rebuild, options)
+    return _compiled_from_entry(key, entry, gm, rebuild, options)
 
 
 def _compile_for_inputs(gm, inputs, graph_id, options):
@@ -369,11 +370,15 @@ def _compile_for_inputs(gm, inputs, graph_id, options):
                               write_cache=False)
 
 
-def _compiled_from_entry(key, entry, eager_fn, rebuild, options):
+def _compiled_from_entry(key, entry, gm, rebuild, options):
+    """The CompiledGraph of a cache entry: its module loaded, with the constants it reads
+    taken from ``gm`` (the key holds their contents)."""
     source, meta, path = entry
     try:
-        module = code_cache.load_module(source, path)
-        compiled = CompiledGraph(module, path, eager_fn, rebuild, meta.get("output_strides"), cache_key=key,
+        targets = meta.get("constants") or {}
+        constants = {name: operator.attrgetter(target)(gm) for name, target in targets.items()}
+        module = code_cache.load_module(source, path, {"CONSTANTS": constants} if constants else None)
+        compiled = CompiledGraph(module, path, gm.forward, rebuild, meta.get("output_strides"), cache_key=key,
                                  options=options)
     except Exception as error:  # e.g. a kernel library of the entry cannot be built any more
         code_cache.discard_entry(key, f"{type(error).__name__}: {error}")

@@ -76,6 +76,7 @@ class GraphLowering(torch.fx.Interpreter):
         self.graph_inputs = {}       # name -> InputBuffer
         self.input_order = []        # placeholder names in call order
         self.constants = {}          # name -> tensor
+        self.constant_targets = {}   # name -> the get_attr target it came from
         self.outputs = []            # IR buffers / views, in output order
         self.name_to_buffer = {}
         self.current_node = None
@@ -170,6 +171,7 @@ class GraphLowering(torch.fx.Interpreter):
                                               make_loader(number, value.dtype), [], origins=(target,)))
         name = f"const{len(self.constants)}"
         self.constants[name] = value
+        self.constant_targets[name] = target
         buffer = self._make_input(name, value)
         return TensorBox(StorageBox(buffer))
 
