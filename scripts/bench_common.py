@@ -401,8 +401,11 @@ def machine_info(device: torch.device) -> dict:
     except Exception:
         triton_version = None
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
-                                capture_output=True, timeout=5).stdout.strip() or None
+        # only a checkout's own commit: a copy of the tree inside another checkout (say, an
+        # exported commit run on another machine) would report the enclosing one's
+        top, commit = subprocess.run(["git", "rev-parse", "--show-toplevel", "--short", "HEAD"], cwd=REPO,
+                                     text=True, capture_output=True, timeout=5).stdout.split()
+        commit = commit if os.path.realpath(top) == os.path.realpath(REPO) else None
     except Exception:
         commit = None
     info = {
