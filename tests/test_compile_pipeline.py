@@ -298,6 +298,18 @@ def test_binaries_of_one_signature_wait_for_its_launcher(fresh_pool, monkeypatch
         pool.close()
 
 
+def test_a_forked_child_forgets_launchers_still_building(fresh_pool, monkeypatch):
+    """A launcher that a pool thread of the parent was building at a fork is never finished
+    in the child: the child builds it again rather than waiting for it."""
+    import threading as _threading
+    built, building = _threading.Event(), _threading.Event()
+    built.set()
+    monkeypatch.setattr(async_compile, "_launchers_built", {("*fp32",): built, ("*fp16",): building})
+    monkeypatch.setattr(async_compile, "_launchers_lock", async_compile._launchers_lock)
+    async_compile._after_fork_in_child()
+    assert async_compile._launchers_built == {("*fp32",): built}
+
+
 def test_failed_compile_is_reported_to_the_waiter(fresh_pool):
     pool = CompilePool(workers=1)
     argspec = ArgSpec.aligned([torch.float32] * 3, [100])

@@ -466,9 +466,11 @@ def _after_fork_in_child() -> None:
     the parent. Compiles that were unfinished fail with CompileInterrupted (the launcher
     then compiles through Triton's JIT); finished binaries stay usable. Locks that a pool
     thread may have held at the fork are made anew."""
-    global _pool, _pool_lock, _parse_lock, _triton_key_lock, _launchers_lock
+    global _pool, _pool_lock, _parse_lock, _triton_key_lock, _launchers_lock, _launchers_built
     old, _pool, _pool_lock, _parse_lock = _pool, None, threading.Lock(), threading.RLock()
     _triton_key_lock, _launchers_lock = threading.Lock(), threading.Lock()
+    # a launcher that a parent's thread was building will not be finished here
+    _launchers_built = {key: built for key, built in _launchers_built.items() if built.is_set()}
     if old is not None:
         for future in list(old._jobs.values()):
             if not future.done():
