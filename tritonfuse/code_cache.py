@@ -11,9 +11,9 @@ module is executed from the verified bytes, never read twice.
 """
 import hashlib
 import io
-import operator
 import json
 import linecache
+import operator
 import os
 import sys
 import types

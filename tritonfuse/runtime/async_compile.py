@@ -44,6 +44,7 @@ import hashlib
 import logging
 import os
 import queue
+import sys
 import threading
 from typing import Any, Callable, Sequence
 
@@ -209,7 +210,6 @@ def _per_signature_launcher():
     """The CUDA launcher class where this Triton builds a C launcher for each kernel
     signature when a binary is first loaded (3.6: a gcc run of 0.2-0.5 s, kept in Triton's
     cache), else None (3.9 launches every signature through one generic launcher)."""
-    import sys
     try:
         from triton.backends import backends
         module = sys.modules[backends["nvidia"].driver.__module__]
