@@ -16,6 +16,8 @@ and a warm first call.
 lists the functions on the stack in most samples (inclusive) and at its top (leaf), and a
 histogram of how many compile-pool threads were busy. Unlike cProfile, the shares are of
 wall time, waits included, and nothing but the main thread is attributed to it.
+--eager N also times N eager steps before the compile and after the first call, in this
+process: a step that runs slower after is slowed by what the compile left behind.
 --stacks FILE (with --sample) also writes every thread's collapsed stacks but the compile
 pool's (the autograd engine's device threads run the backward), for a flame graph.
 """
@@ -105,12 +107,36 @@ class StackSampler:
         return "\n".join(lines)
 
 
+def _eager_step_ms(step, batch, n: int, device: str) -> float:
+    """The fastest of 3 rounds of ``n`` eager training steps, in ms per step (the
+    gradients are left to accumulate: only the time matters)."""
+    def run() -> None:
+        step(batch).backward()
+    for _ in range(3):
+        run()
+    best = float("inf")
+    for _ in range(3):
+        if device != "cpu":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(n):
+            run()
+        if device != "cpu":
+            torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - start) / n * 1e3)
+    step.zero_grad(set_to_none=True)
+    return round(best, 3)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", help="a model of scripts/model_zoo.py (gpt2, llama, bert, mistral, ...)")
     parser.add_argument("backend", help="tritonfuse, inductor, ...")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--sample", type=float, default=0, metavar="MS", help="sample the main thread every MS ms")
+    parser.add_argument("--eager", type=int, default=0, metavar="N",
+                        help="also time N eager training steps before the compile and N after the first "
+                             "call, in this process (does compiling leave eager slower?)")
     parser.add_argument("--stacks", metavar="FILE", help="with --sample: write every thread's collapsed stacks "
                         "(but the compile pool's) to FILE, one 'thread;outer;...;inner count' per line")
     args = parser.parse_args()
@@ -123,6 +149,7 @@ def main() -> None:
     dtype = torch.bfloat16 if args.device != "cpu" else torch.float32
     step, _ = model_zoo.make_step(spec, "train", args.device, dtype)
     batch = model_zoo.make_batch(spec, "train", args.device, dtype)
+    eager_before = _eager_step_ms(step, batch, args.eager, args.device) if args.eager else None
     compiled = torch.compile(step, backend=args.backend)
     sampler = StackSampler(args.sample, threading.get_ident()) if args.sample else None
 
@@ -141,6 +168,8 @@ def main() -> None:
     out = {"model": args.model, "backend": args.backend, "device": args.device,
            "import_s": round(imported - started, 2), "backend_import_s": round(imported - packages, 2),
            "first_call_s": round(seconds, 2)}
+    if args.eager:
+        out.update(eager_before_ms=eager_before, eager_after_ms=_eager_step_ms(step, batch, args.eager, args.device))
     if args.backend == "tritonfuse":
         from tritonfuse import metrics
         out.update(compile_seconds={k: round(v, 2) for k, v in metrics.compile_seconds.items()},
