@@ -99,6 +99,7 @@ def constants_fingerprint(gm: torch.fx.GraphModule) -> list | None:
     hash of its contents (the generated code reads them at run time, and a graph loaded
     from the cache takes them from the graph it stands for); [] for none. None where they
     are too large to hash at every compile (MAX_HASHED_CONSTANT_BYTES): not cacheable."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
     fingerprint, total = [], 0
     for node in gm.graph.nodes:
         if node.op != "get_attr":
@@ -116,7 +117,6 @@ def constants_fingerprint(gm: torch.fx.GraphModule) -> list | None:
         if total > MAX_HASHED_CONSTANT_BYTES:
             return None
         data = io.BytesIO()
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
         with unset_fake_temporarily():
             torch.save(value.detach().to("cpu").contiguous().clone(), data)
         fingerprint.append((node.target, str(value.dtype), tuple(value.shape), tuple(value.stride()),

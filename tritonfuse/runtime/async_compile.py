@@ -206,6 +206,7 @@ _launchers_lock = threading.Lock()
 LAUNCHER_BUILD_WAIT_S = 60
 
 
+@functools.lru_cache(None)
 def _per_signature_launcher():
     """The CUDA launcher class where this Triton builds a C launcher for each kernel
     signature when a binary is first loaded (3.6: a gcc run of 0.2-0.5 s, kept in Triton's
