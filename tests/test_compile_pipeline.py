@@ -4,6 +4,7 @@ budget. Binaries are built for an H100 (sm_90) offline: no GPU needed for that p
 import json
 import os
 import pathlib
+import pickle
 import re
 import subprocess
 import sys
@@ -323,7 +324,9 @@ def test_worker_process_compiles_into_the_cache_this_process_loads(fresh_pool, t
     """A worker process builds the binary; the pool then finds it in Triton's cache, so
     the launch uses exactly what the worker built."""
     from triton import knobs
+    from tritonfuse.runtime.async_compile import compile_request
     from tritonfuse.runtime.compile_workers import WorkerProcess
+    from tritonfuse.runtime.kernel_modules import load_kernel
     kernel = add_kernel("triton_poi_worker_add_0")
     argspec, cfg = ArgSpec.aligned([torch.float32] * 3, [256]), Config({"XBLOCK": 128}, 2)
     worker = WorkerProcess()
@@ -332,19 +335,54 @@ def test_worker_process_compiles_into_the_cache_this_process_loads(fresh_pool, t
         while not worker.ready():
             assert worker.process.poll() is None and time.monotonic() < deadline, "worker did not start"
             time.sleep(0.05)
-        assert worker.compile(kernel.name, kernel.source, tf_config.cache_dir, cfg, argspec, sm90()) is None
+        fn = load_kernel(kernel.name, kernel.source, tf_config.cache_dir)
+        request = compile_request(fn, cfg, argspec, sm90())
+        assert worker.compile(kernel.name, kernel.source, tf_config.cache_dir, request, sm90()) is None
         cached = sorted(p.name for p in pathlib.Path(knobs.cache.dir).iterdir())
         assert cached, "the worker wrote nothing to Triton's cache"
         futures, _ = CompilePool(workers=0).submit(kernel, [cfg], argspec, sm90())
         assert futures[cfg].result().asm["cubin"]
         # the same cache key: the binary came from the worker's entry
         assert sorted(p.name for p in pathlib.Path(knobs.cache.dir).iterdir()) == cached
-        error = worker.compile("triton_poi_worker_bad_0", add_kernel("triton_poi_worker_bad_0").source,
-                               tf_config.cache_dir, Config({"XBLOCK": 3}, 1), argspec, sm90())
+        bad = add_kernel("triton_poi_worker_bad_0")
+        bad_request = compile_request(load_kernel(bad.name, bad.source, tf_config.cache_dir),
+                                      Config({"XBLOCK": 3}, 1), argspec, sm90())
+        error = worker.compile(bad.name, bad.source, tf_config.cache_dir, bad_request, sm90())
         assert isinstance(error, str) and error
     finally:
         worker.close()
         worker.process.wait(timeout=60)
+
+
+def test_a_worker_compiles_without_importing_torch(tmp_path):
+    """What a worker process runs (its imports, a kernel's load and compile) leaves torch
+    unimported: a worker is ready in a fraction of a second, not after torch's ~2 s of
+    CPU, which every worker spent at once while the compiling process still lowered."""
+    code = f"""
+import pickle, sys
+sys.path.insert(0, {os.path.dirname(compile_workers_path())!r})
+import compile_workers
+compile_requested, load_kernel = compile_workers._compiler()
+name, source, request, target = pickle.load(sys.stdin.buffer)
+compiled = compile_requested(load_kernel(name, source, {str(tmp_path)!r}), request, target)
+assert compiled.asm["cubin"]
+print("torch imported:", "torch" in sys.modules)
+"""
+    from tritonfuse.runtime.async_compile import compile_request
+    from tritonfuse.runtime.kernel_modules import load_kernel
+    kernel = add_kernel("triton_poi_worker_no_torch_0")
+    argspec, cfg = ArgSpec.aligned([torch.bfloat16] * 3, [256]), Config({"XBLOCK": 128}, 2)
+    request = compile_request(load_kernel(kernel.name, kernel.source, str(tmp_path)), cfg, argspec, sm90())
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRITON_CACHE_DIR=str(tmp_path / "triton"))
+    done = subprocess.run([sys.executable, "-c", code], input=pickle.dumps((kernel.name, kernel.source, request, sm90())),
+                          capture_output=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert done.stdout.decode().strip() == "torch imported: False"
+
+
+def compile_workers_path() -> str:
+    from tritonfuse.runtime import compile_workers
+    return compile_workers.__file__
 
 
 class _StubWorker:
@@ -363,7 +401,7 @@ class _StubWorker:
 
 def test_worker_processes_start_at_the_first_slow_compile(fresh_pool, monkeypatch):
     """Binaries that Triton's cache holds load in milliseconds: a warm start starts no
-    worker process (each would import torch on a core the compile needs); the first
+    worker process (each would import Triton on a core the compile needs); the first
     compile still running after SLOW_COMPILE_S starts one per worker thread."""
     from tritonfuse.runtime import compile_workers
     monkeypatch.setattr(compile_workers, "WorkerProcess", _StubWorker)
@@ -553,11 +591,11 @@ def test_compile_bench_first_calls_run_end_to_end(tmp_path):
 def test_a_fork_while_pool_threads_hold_locks_leaves_the_child_working(fresh_pool):
     """A fork (a DataLoader worker, say) while compile threads hold the pool's locks: the
     child gets a pool of its own and can load and compile kernels."""
-    from tritonfuse.runtime import triton_launcher
+    from tritonfuse.runtime import kernel_modules
     held, release = threading.Event(), threading.Event()
 
     def hold_locks():
-        with async_compile._parse_lock, triton_launcher._modules_lock, async_compile._pool_lock:
+        with async_compile._parse_lock, kernel_modules._modules_lock, async_compile._pool_lock:
             held.set()
             release.wait(60)
 

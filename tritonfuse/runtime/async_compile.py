@@ -151,12 +151,13 @@ def cuda_target(device_index: int):
     return GPUTarget("cuda", major * 10 + minor, 32)
 
 
-def compile_kernel(fn, config: Config, argspec: ArgSpec, target):
-    """triton.compile of the @triton.jit `fn` for `config`, specialized as the JIT would
-    be on arguments matching `argspec`; returns the CompiledKernel (not yet loaded)."""
-    import triton
+def compile_request(fn, config: Config, argspec: ArgSpec, target) -> tuple:
+    """What triton.compile needs besides `fn` and the target, as plain data (no torch
+    objects, so that a worker process can take it without importing torch): the
+    signature, constexprs and attributes that Triton's JIT would specialize `fn` to on
+    arguments matching `argspec`, and the compile options of `config`."""
     from triton._C.libtriton import native_specialize_impl
-    from triton.compiler import ASTSource, make_backend
+    from triton.compiler import make_backend
     backend = make_backend(target)
     plain = iter(argspec.args)
     signature, constexprs, attrs = {}, {}, {}
@@ -171,9 +172,21 @@ def compile_kernel(fn, config: Config, argspec: ArgSpec, target):
             constexprs[(i,)] = key
         elif isinstance(key, str):
             attrs[(i,)] = backend.parse_attr(key)
-    source = ASTSource(fn, signature, constexprs, attrs)
-    options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
-    return triton.compile(source, target=target, options=options)
+    return signature, constexprs, attrs, {"num_warps": config.num_warps, "num_stages": config.num_stages}
+
+
+def compile_requested(fn, request: tuple, target):
+    """triton.compile of the @triton.jit `fn` as `compile_request` describes."""
+    import triton
+    from triton.compiler import ASTSource
+    signature, constexprs, attrs, options = request
+    return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options)
+
+
+def compile_kernel(fn, config: Config, argspec: ArgSpec, target):
+    """triton.compile of the @triton.jit `fn` for `config`, specialized as the JIT would
+    be on arguments matching `argspec`; returns the CompiledKernel (not yet loaded)."""
+    return compile_requested(fn, compile_request(fn, config, argspec, target), target)
 
 
 _parse_lock = threading.RLock()
@@ -318,11 +331,11 @@ class CompilePool:
     workers: how many compile at once (0: each in the thread that submits it, for
     debugging and as the serial baseline); processes: each worker thread hands its
     compiles to a worker process (compile_workers.py) and then loads the binary from
-    Triton's cache. Until its process has started (it imports torch and triton, a second
-    or two), a worker thread compiles in-process: no compile waits for a start.
+    Triton's cache. Until its process has started (it imports Triton, not torch: a few
+    tenths of a second), a worker thread compiles in-process: no compile waits for a start.
     The processes start when an in-process compile has run for SLOW_COMPILE_S, a real
     one: binaries that Triton's cache holds load in milliseconds, and a warm start that
-    only loads them would lose seconds to a process per core importing torch.
+    only loads them needs no process per core.
     kernel_dir: where kernel sources are written (default: tritonfuse.config.cache_dir).
     """
 
@@ -405,14 +418,15 @@ class CompilePool:
         try:
             _serialize_kernel_parsing()
             _hash_triton_once()
-            from .triton_launcher import load_kernel
+            from .kernel_modules import load_kernel
             kernel_dir = self._kernel_dir()
             fn = load_kernel(kernel.name, kernel.source, kernel_dir)
             in_worker = worker is not None and worker.ready()
             if in_worker:
                 from .compile_workers import WorkerLost
                 with contextlib.suppress(WorkerLost):
-                    worker.compile(kernel.name, kernel.source, kernel_dir, cfg, argspec, target)
+                    worker.compile(kernel.name, kernel.source, kernel_dir, compile_request(fn, cfg, argspec, target),
+                                   target)
             # After the worker: a hit in Triton's cache (its error, if any, is raised here).
             # In-process, a compile still running after SLOW_COMPILE_S starts the processes.
             watch = None

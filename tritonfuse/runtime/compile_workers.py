@@ -7,8 +7,12 @@ at 3-4 busy cores; a process per core scales with the machine.
 
     worker = WorkerProcess()           # starts `python compile_workers.py` (not -m: no
                                        # tritonfuse/__init__, no Dynamo in the worker)
-    if worker.ready():                 # False while it still imports torch and triton
-        worker.compile(name, source, kernel_dir, config, argspec, target)
+    if worker.ready():                 # False while it still imports Triton
+        worker.compile(name, source, kernel_dir, compile_request(fn, config, argspec, target), target)
+
+A worker imports Triton and the kernel modules, not torch: it is ready in a fraction of a
+second (with torch, ~2 s of CPU per worker, on every core at once while the compiling
+process still lowers its graph). Requests are plain data for the same reason.
 
 Messages are pickled frames (4-byte length, then the pickle) on the worker's stdin and on
 a copy of its stdout; its own stdout goes to stderr, so stray prints cannot corrupt them.
@@ -85,11 +89,12 @@ class WorkerProcess:
                 self._lose("it did not start")
         return self._ready and not self._lost
 
-    def compile(self, name: str, source: str, kernel_dir: str, config, argspec, target) -> str | None:
-        """Compile into Triton's cache; None on success, else the error's text.
+    def compile(self, name: str, source: str, kernel_dir: str, request: tuple, target) -> str | None:
+        """Compile kernel `name` of `source` as `request` (async_compile.compile_request)
+        says, into Triton's cache; None on success, else the error's text.
         Raises WorkerLost if the process died (the caller compiles itself then)."""
         from triton import knobs
-        request = (name, source, kernel_dir, knobs.cache.dir, config, argspec, target)
+        request = (name, source, kernel_dir, knobs.cache.dir, request, target)
         with self._lock:
             try:
                 _write_frame(self.process.stdin, request)
@@ -126,24 +131,31 @@ def _import_without_package_init() -> None:
     sys.path[0] = os.path.dirname(os.path.dirname(runtime))   # not this folder: the script's own
 
 
+def _compiler():
+    """What a worker compiles with: (compile_requested, load_kernel), imported without torch
+    (only Triton), so that a worker is ready in a fraction of a second."""
+    _import_without_package_init()
+    from tritonfuse.runtime.async_compile import compile_requested
+    from tritonfuse.runtime.kernel_modules import load_kernel
+    return compile_requested, load_kernel
+
+
 def _serve() -> None:
     import warnings
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)                      # print() in the worker goes to stderr
     warnings.simplefilter("ignore")    # the compiling process shows Triton's warnings once
     requests = sys.stdin.buffer
-    _import_without_package_init()
-    from tritonfuse.runtime.async_compile import compile_kernel
-    from tritonfuse.runtime.triton_launcher import load_kernel
+    compile_requested, load_kernel = _compiler()
     _write_frame(replies, _READY)
     while True:
         try:
-            name, source, kernel_dir, triton_cache, config, argspec, target = _read_frame(requests)
+            name, source, kernel_dir, triton_cache, request, target = _read_frame(requests)
         except EOFError:
             return
         os.environ["TRITON_CACHE_DIR"] = triton_cache
         try:
-            compile_kernel(load_kernel(name, source, kernel_dir), config, argspec, target)
+            compile_requested(load_kernel(name, source, kernel_dir), request, target)
             reply = None
         except Exception as error:  # noqa: BLE001 - reported to the parent, which recompiles
             reply = f"{type(error).__name__}: {error}"

@@ -17,27 +17,22 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
-import importlib.util
 import logging
 import os
-import sys
 import threading
 import time
 from typing import Any, Callable, Sequence
 
 import triton
 
-from .. import cache_store, metrics
+from .. import metrics
 from .. import config as tf_config
 from . import async_compile, autotuner
 from .direct_launch import make_direct_launch
+from .kernel_modules import load_kernel  # noqa: F401 - where callers have found it
 from .heuristics import KINDS, MAX_GRID_YZ, NUMEL_ARGS, Config, candidate_configs, size_key
 
 log = logging.getLogger("tritonfuse.autotune")
-
-_modules_lock = threading.Lock()
-_loaded_kernels: dict[tuple[str, str], Any] = {}   # (source sha, name) -> JIT function
 
 # First runs (load, Triton compile, config choice, benchmarks) take turns, process-wide:
 # candidates benchmarked by two threads at once on one GPU time each other, not themselves
@@ -46,12 +41,11 @@ _loaded_kernels: dict[tuple[str, str], Any] = {}   # (source sha, name) -> JIT f
 first_runs = threading.RLock()
 
 
-
 def _new_locks_after_fork() -> None:
-    """A forked child has only the thread that forked: locks held by others (compile pool
-    threads load kernels) would stay held there for ever."""
-    global _modules_lock, first_runs
-    _modules_lock, first_runs = threading.Lock(), threading.RLock()
+    """A forked child has only the thread that forked: a first run that another thread
+    was making would hold the lock there for ever."""
+    global first_runs
+    first_runs = threading.RLock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -59,40 +53,6 @@ if hasattr(os, "register_at_fork"):
 
 
 # --- loading ------------------------------------------------------------------------------
-
-def load_kernel(name: str, source: str, cache_dir: str | None = None):
-    """The @triton.jit function `name` defined in `source` (a full module as text).
-
-    The source is written to <cache_dir>/kernels/<sha-prefix>/<name>.py, because
-    triton.jit reads a function's source through inspect, and imported once per process.
-    The file is checked against `source` and rewritten when it differs (cache_store.ensure),
-    so a damaged kernel file never reaches the importer.
-    """
-    sha = hashlib.sha256(source.encode("utf-8")).hexdigest()
-    root = cache_dir if cache_dir is not None else tf_config.cache_dir
-    path = os.path.join(root, "kernels", sha[:16], f"{name}.py")
-    with _modules_lock:
-        fn = _loaded_kernels.get((sha, name))
-        if fn is not None:
-            # Same kernel already imported: keep its file (read by the interpreter and
-            # tracebacks) holding its source where the module says it is.
-            cache_store.ensure(fn.fn.__code__.co_filename, source)
-            return fn
-        path = cache_store.ensure(path, source)
-        module_name = f"tritonfuse_kernel_{sha[:16]}_{name}"
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[module_name]
-            raise
-        if not hasattr(module, name):
-            raise AttributeError(f"kernel source {path} defines no function {name!r}")
-        fn = _loaded_kernels[(sha, name)] = getattr(module, name)
-        return fn
-
 
 # --- the interpreter, scoped to one call ------------------------------------------------
 
