@@ -32,7 +32,10 @@ that dies as "crashed", one that raises as "error", and jobs past the run's limi
 "skipped"; the run goes on, and prints the --models of what it skipped, to run next. A
 warm job whose cold job did not finish is skipped. Speed-ups:
 "X vs eager" = eager_ms / X_ms with eager timed in X's own process; "tritonfuse vs
-inductor" = inductor_ms / tritonfuse_ms. Geomeans use rows where both ran and matched.
+inductor" = inductor_ms / tritonfuse_ms; "tritonfuse vs inductor (own eager)" = the ratio
+of the two speed-ups over eager, each taken in its own process: on a host whose speed
+varies from process to process (a shared VM), a host-bound step's cross-process ratio
+measures the host as much as the compiler. Geomeans use rows where both ran and matched.
 
 Writes models.json, models.md and models.png to --out. Exit status 0 when every compiled
 step ran and matched eager, 1 otherwise.

@@ -9,21 +9,38 @@ GROUP_TITLES = {"main": "Main models", "held-out": "Held-out models (nobody tune
                 "extra": "Other models"}
 
 
+# The baseline suffix of a pair compared through each backend's speed-up over the eager
+# step of its own process (see bench_models.py's docstring).
+OWN_EAGER = " (own eager)"
+
+
 def ratio_pairs(backends: list[str]) -> list[tuple[str, str]]:
-    """(baseline, backend) pairs: every backend vs eager, and tritonfuse vs inductor."""
+    """(baseline, backend) pairs: every backend vs eager, tritonfuse vs inductor, and
+    tritonfuse vs inductor through each one's speed-up over its own process's eager."""
     pairs = [("eager", b) for b in backends]
-    return pairs + inductor_pairs(backends)
+    versus = inductor_pairs(backends)
+    return pairs + versus + [(base + OWN_EAGER, b) for base, b in versus]
+
+
+def _speedup_over_own_eager(cell: dict) -> float | None:
+    return cell["eager_ms"] / cell["ms"] if cell["status"] == "ok" and cell.get("eager_ms") else None
 
 
 def speedup_rows(rows: list[dict], backends: list[str]) -> list[dict]:
     """Per row {(baseline, backend): baseline_ms / backend_ms} where both ran and matched.
-    Against eager the eager time is the one taken in the backend's own process."""
+    Against eager the eager time is the one taken in the backend's own process; against
+    "inductor (own eager)", the ratio of the two speed-ups over their own eager."""
     out = []
     for row in rows:
         cells, ratios = row["cells"], {}
         for base, b in ratio_pairs(backends):
             cell = cells[b]
             if cell["status"] != "ok":
+                continue
+            if base.endswith(OWN_EAGER):
+                ours, theirs = _speedup_over_own_eager(cell), _speedup_over_own_eager(cells[base[:-len(OWN_EAGER)]])
+                if ours and theirs:
+                    ratios[(base, b)] = ours / theirs
                 continue
             base_ms = cell.get("eager_ms") if base == "eager" else (
                 cells[base]["ms"] if cells[base]["status"] == "ok" else None)

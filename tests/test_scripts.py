@@ -490,3 +490,25 @@ def test_memory_report_nn_lm_training_step():
     assert compiled["saved_bytes"] > 0
     assert [g.name for g in compiled["graph_peaks"]] == ["graph", "graphBackward"]
     assert 0 < compiled["peak"] <= eager["peak"]
+
+
+def test_models_report_compares_backends_directly_and_through_their_own_eager():
+    """tritonfuse vs Inductor twice: step against step across processes, and speed-up over
+    the eager step of its own process against Inductor's (the host's speed varies between
+    processes on a shared VM; each process's eager measures its host)."""
+    from scripts.bench_models_report import OWN_EAGER, speedup_rows, summarize
+
+    def cell(eager_ms, ms, status="ok"):
+        return {"status": status, "ms": ms, "eager_ms": eager_ms}
+
+    rows = [{"group": "main", "mode": "infer", "model": "a",
+             "cells": {"inductor": cell(2.0, 0.8), "tritonfuse": cell(3.0, 1.0)}},
+            {"group": "main", "mode": "infer", "model": "b",
+             "cells": {"inductor": cell(2.0, 1.0, status="FAIL"), "tritonfuse": cell(2.0, 1.0)}}]
+    backends = ["inductor", "tritonfuse"]
+    first, second = speedup_rows(rows, backends)
+    assert first[("inductor", "tritonfuse")] == pytest.approx(0.8)
+    assert first[("inductor" + OWN_EAGER, "tritonfuse")] == pytest.approx((3.0 / 1.0) / (2.0 / 0.8))
+    assert ("inductor", "tritonfuse") not in second and ("inductor" + OWN_EAGER, "tritonfuse") not in second
+    summary = summarize(rows, backends)["main/infer"]
+    assert summary["tritonfuse_vs_inductor" + OWN_EAGER] == {"geomean": pytest.approx(1.2), "rows": 1}
