@@ -37,6 +37,13 @@ of the two speed-ups over eager, each taken in its own process: on a host whose 
 varies from process to process (a shared VM), a host-bound step's cross-process ratio
 measures the host as much as the compiler. Geomeans use rows where both ran and matched.
 
+--phases together (after cold, or alone) adds one more process per (model, step): it
+compiles the step with every backend, from the caches of their cold jobs, and times
+eager and each compiled step interleaved in that one process. "tritonfuse vs inductor
+(same process)" comes from it: on a host whose speed drifts from process to process and
+minute to minute (the GPU VM: the same eager step ran 1.4-2.2 ms), the only ratio of
+host-bound steps that measures the compilers and not the host.
+
 Writes models.json, models.md and models.png to --out. Exit status 0 when every compiled
 step ran and matched eager, 1 otherwise.
 """
@@ -64,13 +71,18 @@ import torch  # noqa: E402
 from scripts import model_zoo  # noqa: E402
 from scripts.bench_accuracy import (REFERENCE_DTYPE, compare_steps, exact_float32,  # noqa: E402
                                     run_step, step_callable)
-from scripts.bench_runner import (Job, RunSettings, add_run_options,  # noqa: E402
+from scripts.bench_runner import (CACHE_ENV, Job, RunSettings, add_run_options,  # noqa: E402
                                   import_backend, worker_main)  # noqa: E402
 from scripts.bench_models_report import render_markdown, speedup_rows, summarize  # noqa: E402
 
 DEFAULT_BACKENDS = "inductor,tritonfuse"
 MODES = ("train", "infer")
-PHASES = ("cold", "warm")
+PHASES = ("cold", "warm", "together")
+DEFAULT_PHASES = "cold,warm"
+# The cache variables (bench_runner.CACHE_ENV) that a "together" job takes from each
+# backend's cold job: its own caches, and Triton's binaries from Inductor's.
+TOGETHER_CACHES = {"tritonfuse": ("TRITONFUSE_CACHE_DIR", "TRITONFUSE_AUTOTUNE_CACHE_DIR"),
+                   "inductor": ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
 REPEAT = {("cuda", False): 30, ("cuda", True): 10, ("cpu", False): 10, ("cpu", True): 5}
 TIMEOUT_S = {"cuda": 240, "cpu": 600}
 # The default run ends within 9 minutes on a GPU (0: no limit).
@@ -95,10 +107,12 @@ def _prepare(params: dict) -> None:
         torch.set_num_threads(params["threads"])
     if model_zoo.MODELS_BY_NAME[params["model"]].hf:
         import transformers  # noqa: F401  (imported before the go: not part of any timing)
-    params["backend_import_s"] = import_backend(params["backend"])
+    params["backend_import_s"] = sum(import_backend(b) for b in params.get("backends") or [params["backend"]])
 
 
 def _work(params: dict, emit) -> None:
+    if params["phase"] == "together":
+        return _work_together(params, emit)
     device, dtype = torch.device(params["device"]), getattr(torch, params["dtype"])
     spec, backend = model_zoo.MODELS_BY_NAME[params["model"]], params["backend"]
     train = params["mode"] == "train"
@@ -142,6 +156,35 @@ def _work(params: dict, emit) -> None:
     emit("max_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
+def _work_together(params: dict, emit) -> None:
+    """Every backend's compiled step and eager, timed interleaved in this one process
+    (each backend's result was checked by its cold job, from the same caches)."""
+    device, dtype = torch.device(params["device"]), getattr(torch, params["dtype"])
+    spec, train = model_zoo.MODELS_BY_NAME[params["model"]], params["mode"] == "train"
+    step, _ = model_zoo.make_step(spec, params["mode"], device, dtype)
+    batch = model_zoo.make_batch(spec, params["mode"], device, dtype)
+    fns = {"eager": step_callable(step, step, batch, train)}
+    first_calls = {}
+    with contextlib.ExitStack() as stack:
+        if not train:
+            stack.enter_context(torch.no_grad())
+        for backend in params["backends"]:
+            compiled = torch.compile(step, backend=resolve_backend(backend))
+            fn = step_callable(step, compiled, batch, train)
+            synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            synchronize(device)
+            first_calls[backend] = time.perf_counter() - t0
+            fns[backend] = fn
+        emit("first_call_s", first_calls)
+        samples, errors = sample_interleaved(fns, params["repeat"], device)
+    emit("ms", {name: {"median": statistics.median(v), "min": min(v), "samples": len(v)}
+                for name, v in samples.items()})
+    if errors:
+        emit("timing_errors", {name: short_error(exc) for name, exc in errors.items()})
+
+
 # ----------------------------------------------------------------------------------------
 # The run: plan the jobs, run them, gather the rows
 # ----------------------------------------------------------------------------------------
@@ -152,7 +195,7 @@ def plan_jobs(models, modes, phases, run: RunSettings) -> list[Job]:
     that a run cut short by its time limit has whole rows for the models it reached."""
     jobs = []
     for spec in models:
-        for phase in PHASES:
+        for phase in ("cold", "warm"):
             if phase not in phases:
                 continue
             for mode in modes:
@@ -162,9 +205,29 @@ def plan_jobs(models, modes, phases, run: RunSettings) -> list[Job]:
                               "phase": phase, **run.params()}
                     after = f"{name}/cold" if phase == "warm" and "cold" in phases else None
                     jobs.append(Job(f"{name}/{phase}", "scripts.bench_models", params,
-                                    run.cache_root / "caches" / name.replace("/", "_"),
-                                    run.timeout_s, after))
+                                    _cache_dir(run, name), run.timeout_s, after))
+        if "together" in phases and len(run.backends) > 1:
+            jobs += [_together_job(spec, mode, "cold" in phases, run) for mode in modes]
     return jobs
+
+
+def _cache_dir(run: RunSettings, name: str) -> Path:
+    return run.cache_root / "caches" / name.replace("/", "_")
+
+
+def _together_job(spec, mode: str, after_cold: bool, run: RunSettings) -> Job:
+    """The job that times every backend in one process: after their cold jobs, from
+    their caches (TOGETHER_CACHES), else cold in a folder of its own."""
+    names = {b: f"{spec.name}/{mode}/{b.replace(':', '.')}" for b in run.backends}
+    cache_dirs = {}
+    for backend, name in reversed(names.items()):   # the first backend of a kind wins
+        for var in TOGETHER_CACHES.get(base_backend(backend), ()) if after_cold else ():
+            cache_dirs[var] = _cache_dir(run, name) / CACHE_ENV[var]
+    params = {"model": spec.name, "mode": mode, "backend": "together", "backends": run.backends,
+              "phase": "together", **run.params()}
+    return Job(f"{spec.name}/{mode}/together", "scripts.bench_models", params,
+               _cache_dir(run, f"{spec.name}/{mode}/together"), run.timeout_s,
+               tuple(f"{name}/cold" for name in names.values()) if after_cold else None, cache_dirs)
 
 
 def _median_of(values: list[float]) -> float | None:
@@ -196,8 +259,21 @@ def gather_rows(models, modes, backends, device: torch.device, results: dict) ->
                 if cold is not None and not row.get("impl"):
                     row["impl"] = cold.values.get("model")
             row["eager"] = {"ms": _median_of(eager_ms), "peak_mb": _median_of(eager_mb)}
+            together = results.get((spec.name, mode, "together", "together"))
+            if together is not None:
+                row["together"] = _together_cell(together)
             rows.append(row)
     return rows
+
+
+def _together_cell(result) -> dict:
+    """The "together" job's results: status, ms per backend and eager (medians), and each
+    backend's first call there (from the caches of its cold job)."""
+    ms = result.values.get("ms", {})
+    return {"status": result.status, "message": result.message,
+            "ms": {name: v["median"] for name, v in ms.items()},
+            "first_call_s": result.values.get("first_call_s", {}),
+            "timing_errors": result.values.get("timing_errors")}
 
 
 def _cell(cold, warm, backend: str) -> dict:
@@ -291,8 +367,9 @@ def parse_args(argv):
                         + ", ".join(m.name for m in model_zoo.MODELS)
                         + f"; --quick keeps {', '.join(model_zoo.QUICK)} of a group")
     p.add_argument("--modes", default=",".join(MODES), help="train,infer (default both)")
-    p.add_argument("--phases", default=",".join(PHASES),
-                   help="cold,warm (default both); warm needs cold")
+    p.add_argument("--phases", default=DEFAULT_PHASES,
+                   help=f"of {','.join(PHASES)} (default {DEFAULT_PHASES}); warm needs cold; together: every "
+                        "backend timed in one process (after cold, from its caches)")
     return p.parse_args(argv)
 
 
@@ -348,9 +425,11 @@ def main(argv: list[str] | None = None) -> int:
         p = job.params
         results[(p["model"], p["mode"], p["backend"], p["phase"])] = result
         first = result.values.get("first_call_s")
+        first = ", ".join(f"{b} {s:.1f}" for b, s in first.items()) if isinstance(first, dict) else (
+            first if first is None else round(first, 1))
         check = result.values.get("check") or {}
         print(f"[{i:3d}/{len(jobs)}] {job.key:38s} {result.status:8s} "
-              f"first call {first if first is None else round(first, 1)} s"
+              f"first call {first} s"
               + ("" if check.get("ok", True) else " WRONG")
               + (f"  {result.message}" if result.message else "")
               + f"  ({result.wall_s:.0f} s)", flush=True)
@@ -371,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     bad += [f"{r['model']} {r['mode']} {b} (warm): {c['warm_status']}" for r in rows
             for b, c in r["cells"].items()
             if c["status"] == "ok" and c.get("warm_status") not in (None, "ok")]
+    bad += [f"{r['model']} {r['mode']} together: {r['together']['status']}" for r in rows
+            if r.get("together") and r["together"]["status"] not in ("ok", "skipped")]
     if bad:
         print("NOT CLEAN: " + "; ".join(bad))
         return 1

@@ -9,17 +9,23 @@ GROUP_TITLES = {"main": "Main models", "held-out": "Held-out models (nobody tune
                 "extra": "Other models"}
 
 
-# The baseline suffix of a pair compared through each backend's speed-up over the eager
-# step of its own process (see bench_models.py's docstring).
+# Baseline suffixes (see bench_models.py's docstring): a pair compared through each
+# backend's speed-up over the eager step of its own process, and one timed in one process
+# (the "together" phase).
 OWN_EAGER = " (own eager)"
+SAME_PROCESS = " (same process)"
 
 
-def ratio_pairs(backends: list[str]) -> list[tuple[str, str]]:
+def ratio_pairs(backends: list[str], rows: list[dict] = ()) -> list[tuple[str, str]]:
     """(baseline, backend) pairs: every backend vs eager, tritonfuse vs inductor, and
-    tritonfuse vs inductor through each one's speed-up over its own process's eager."""
+    tritonfuse vs inductor through each one's speed-up over its own process's eager; and
+    timed in one process, where `rows` have the "together" phase."""
     pairs = [("eager", b) for b in backends]
     versus = inductor_pairs(backends)
-    return pairs + versus + [(base + OWN_EAGER, b) for base, b in versus]
+    pairs += versus + [(base + OWN_EAGER, b) for base, b in versus]
+    if any(row.get("together") for row in rows):
+        pairs += [(base + SAME_PROCESS, b) for base, b in versus]
+    return pairs
 
 
 def _speedup_over_own_eager(cell: dict) -> float | None:
@@ -29,11 +35,20 @@ def _speedup_over_own_eager(cell: dict) -> float | None:
 def speedup_rows(rows: list[dict], backends: list[str]) -> list[dict]:
     """Per row {(baseline, backend): baseline_ms / backend_ms} where both ran and matched.
     Against eager the eager time is the one taken in the backend's own process; against
-    "inductor (own eager)", the ratio of the two speed-ups over their own eager."""
+    "inductor (own eager)", the ratio of the two speed-ups over their own eager; against
+    "inductor (same process)", the times of the "together" job (where the cold job of
+    `backend` matched eager)."""
     out = []
     for row in rows:
         cells, ratios = row["cells"], {}
-        for base, b in ratio_pairs(backends):
+        together = row.get("together") or {}
+        for base, b in ratio_pairs(backends, rows):
+            if base.endswith(SAME_PROCESS):
+                ms = together.get("ms", {}) if together.get("status") == "ok" else {}
+                theirs, ours = ms.get(base[:-len(SAME_PROCESS)]), ms.get(b)
+                if theirs and ours and cells[b]["status"] == "ok":
+                    ratios[(base, b)] = theirs / ours
+                continue
             cell = cells[b]
             if cell["status"] != "ok":
                 continue
@@ -60,7 +75,7 @@ def summarize(rows: list[dict], backends: list[str]) -> dict:
             picked = [(r, x) for r, x in zip(rows, ratios)
                       if r["group"] == group and mode in ("all", r["mode"])]
             entry = {}
-            for base, b in ratio_pairs(backends):
+            for base, b in ratio_pairs(backends, rows):
                 values = [x[(base, b)] for _, x in picked if (base, b) in x]
                 entry[f"{b}_vs_{base}"] = {"geomean": geomean(values), "rows": len(values)}
             if "inductor" in backends and "tritonfuse" in backends:
@@ -123,7 +138,7 @@ def _err(check: dict | None, key: str) -> str:
 
 def _group_tables(rows: list[dict], backends: list[str], summary: dict, group: str,
                   notes: Notes) -> list[str]:
-    pairs = ratio_pairs(backends)
+    pairs = ratio_pairs(backends, rows)
     ratios = speedup_rows(rows, backends)
     lines = ["### Step time (ms, median)", ""]
     header = (["model", "step", "shape", "eager ms"] + [f"{b} ms" for b in backends]
@@ -216,8 +231,10 @@ def render_markdown(report: dict) -> str:
              "backend) ran in a fresh process with empty caches (cold), then in another that "
              "found those caches (warm). \"X vs eager\" = eager_ms / X_ms with eager timed in "
              "X's process, interleaved with it; \"tritonfuse vs inductor\" = inductor_ms / "
-             "tritonfuse_ms; above 1: faster. A check FAILs when an output's or a gradient's "
-             "error exceeds 3x eager's own (and the dtype's rounding floor)."]
+             "tritonfuse_ms; \"(own eager)\": the ratio of their speed-ups over the eager of "
+             "their own processes; \"(same process)\": both timed interleaved in one more "
+             "process (phase together); above 1: faster. A check FAILs when an output's or a "
+             "gradient's error exceeds 3x eager's own (and the dtype's rounding floor)."]
     lines += busy_machine_note(info)
     if report.get("unfinished_models"):
         lines += ["", f"**Not all run:** the run's time limit skipped or cut short jobs of "

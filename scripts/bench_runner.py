@@ -60,7 +60,10 @@ class Job:
     params: dict         # what the worker is asked to do (JSON)
     cache_dir: Path      # its caches live under here
     timeout_s: float
-    after: str | None = None  # the key of a job that must have finished ok first
+    after: str | tuple[str, ...] | None = None  # keys of jobs that must have finished ok first
+    # per cache variable (CACHE_ENV), a folder other than the one under cache_dir: the
+    # caches of other jobs (a job that runs several backends uses each one's)
+    cache_dirs: dict[str, Path] = field(default_factory=dict)
 
 
 @dataclass
@@ -72,10 +75,10 @@ class JobResult:
     out_of_time: bool = False  # skipped, or killed, for the run's time limit
 
 
-def worker_env(cache_dir: Path, device_type: str) -> dict:
+def worker_env(cache_dir: Path, device_type: str, cache_dirs: dict[str, Path] | None = None) -> dict:
     env = dict(os.environ)
     for var, sub in CACHE_ENV.items():
-        env[var] = str(cache_dir / sub)
+        env[var] = str((cache_dirs or {}).get(var) or cache_dir / sub)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     env["HF_HUB_OFFLINE"] = "1"  # models are built from configs: never reach for a hub
     env["PYTHONUNBUFFERED"] = "1"
@@ -100,7 +103,7 @@ class _Worker:
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", job.module, "--worker", str(spec)], cwd=REPO,
-                env=worker_env(job.cache_dir, device_type), stdin=subprocess.PIPE, stdout=log,
+                env=worker_env(job.cache_dir, device_type, job.cache_dirs), stdin=subprocess.PIPE, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True, text=True)
 
     def go(self) -> None:
@@ -182,11 +185,11 @@ class Runner:
 
     def _skip(self, job: Job, done: dict[str, JobResult]) -> JobResult | None:
         """A "skipped" result when ``job`` cannot start now, else None."""
-        if job.after is not None:
-            before = done.get(job.after)
+        for after in (job.after,) if isinstance(job.after, str) else job.after or ():
+            before = done.get(after)
             if before is None or before.status != "ok":
                 status = before.status if before else "not run"
-                return JobResult("skipped", message=f"{job.after} did not finish ({status})",
+                return JobResult("skipped", message=f"{after} did not finish ({status})",
                                  out_of_time=before is not None and before.out_of_time)
         left = self.time_left()
         if left is not None and left < MIN_JOB_S:

@@ -512,3 +512,39 @@ def test_models_report_compares_backends_directly_and_through_their_own_eager():
     assert ("inductor", "tritonfuse") not in second and ("inductor" + OWN_EAGER, "tritonfuse") not in second
     summary = summarize(rows, backends)["main/infer"]
     assert summary["tritonfuse_vs_inductor" + OWN_EAGER] == {"geomean": pytest.approx(1.2), "rows": 1}
+
+
+def test_models_suite_plans_a_together_job_on_the_cold_jobs_caches():
+    """--phases cold,together: after a model's cold jobs, one job per step times every
+    backend in one process, from the caches each backend's cold job filled."""
+    from scripts import bench_models, model_zoo
+    from scripts.bench_runner import RunSettings, worker_env
+
+    args = bench_models.parse_args(["--device", "cpu", "--backends", "inductor,tritonfuse",
+                                    "--phases", "cold,together", "--cache-root", "/nonexistent"])
+    run = RunSettings.from_args(args, 0.0, bench_models.REPEAT, bench_models.TIMEOUT_S,
+                                bench_models.TIME_LIMIT_S)
+    jobs = bench_models.plan_jobs(model_zoo.select_models("nn-lm"), ["infer"], ["cold", "together"], run)
+    assert [j.key for j in jobs] == ["nn-lm/infer/inductor/cold", "nn-lm/infer/tritonfuse/cold",
+                                     "nn-lm/infer/together"]
+    inductor, ours, together = jobs
+    assert together.after == (inductor.key, ours.key)
+    assert together.params["backends"] == ["inductor", "tritonfuse"]
+    env = worker_env(together.cache_dir, "cpu", together.cache_dirs)
+    assert env["TRITONFUSE_CACHE_DIR"] == str(ours.cache_dir / "tritonfuse")
+    assert env["TRITONFUSE_AUTOTUNE_CACHE_DIR"] == str(ours.cache_dir / "autotune")
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(inductor.cache_dir / "inductor")
+    assert env["TRITON_CACHE_DIR"] == str(inductor.cache_dir / "triton")
+
+
+def test_models_report_takes_the_together_jobs_times_as_the_same_process_ratio():
+    from scripts.bench_models_report import SAME_PROCESS, speedup_rows
+
+    ok = {"status": "ok", "ms": 1.0, "eager_ms": 2.0}
+    row = {"group": "main", "mode": "infer", "model": "a", "cells": {"inductor": dict(ok), "tritonfuse": dict(ok)},
+           "together": {"status": "ok", "ms": {"eager": 2.0, "inductor": 0.9, "tritonfuse": 0.6}}}
+    [ratios] = speedup_rows([row], ["inductor", "tritonfuse"])
+    assert ratios[("inductor" + SAME_PROCESS, "tritonfuse")] == pytest.approx(1.5)
+    row["cells"]["tritonfuse"]["status"] = "FAIL"      # a wrong result has no speed
+    [ratios] = speedup_rows([row], ["inductor", "tritonfuse"])
+    assert ("inductor" + SAME_PROCESS, "tritonfuse") not in ratios
