@@ -94,10 +94,10 @@ class WorkerProcess:
         says, into Triton's cache; None on success, else the error's text.
         Raises WorkerLost if the process died (the caller compiles itself then)."""
         from triton import knobs
-        request = (name, source, kernel_dir, knobs.cache.dir, request, target)
+        message = (name, source, kernel_dir, knobs.cache.dir, request, target)
         with self._lock:
             try:
-                _write_frame(self.process.stdin, request)
+                _write_frame(self.process.stdin, message)
                 return _read_frame(self.process.stdout)
             except (OSError, EOFError, ValueError, pickle.UnpicklingError) as error:
                 self._lose(f"{type(error).__name__}: {error}")

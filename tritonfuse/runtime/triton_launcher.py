@@ -52,8 +52,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_locks_after_fork)
 
 
-# --- loading ------------------------------------------------------------------------------
-
 # --- the interpreter, scoped to one call ------------------------------------------------
 
 class _InterpState:
