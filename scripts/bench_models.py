@@ -270,7 +270,7 @@ def _together_cell(result) -> dict:
     """The "together" job's results: status, ms per backend and eager (medians), and each
     backend's first call there (from the caches of its cold job)."""
     ms = result.values.get("ms", {})
-    return {"status": result.status, "message": result.message,
+    return {"status": result.status, "message": result.message, "out_of_time": result.out_of_time,
             "ms": {name: v["median"] for name, v in ms.items()},
             "first_call_s": result.values.get("first_call_s", {}),
             "timing_errors": result.values.get("timing_errors")}
@@ -400,7 +400,8 @@ def _unfinished_models(rows: list[dict]) -> list[str]:
     """The models with a job that the run's time limit skipped or cut short, in order."""
     names = []
     for row in rows:
-        if any(c.get("out_of_time") for c in row["cells"].values()) and row["model"] not in names:
+        cells = list(row["cells"].values()) + [row.get("together") or {}]
+        if any(c.get("out_of_time") for c in cells) and row["model"] not in names:
             names.append(row["model"])
     return names
 

@@ -548,3 +548,13 @@ def test_models_report_takes_the_together_jobs_times_as_the_same_process_ratio()
     row["cells"]["tritonfuse"]["status"] = "FAIL"      # a wrong result has no speed
     [ratios] = speedup_rows([row], ["inductor", "tritonfuse"])
     assert ("inductor" + SAME_PROCESS, "tritonfuse") not in ratios
+
+
+def test_models_suite_lists_a_model_whose_together_job_ran_out_of_time():
+    from scripts.bench_models import _unfinished_models
+
+    ok = {"status": "ok", "out_of_time": False}
+    rows = [{"model": "a", "cells": {"tritonfuse": ok}, "together": {"status": "ok", "out_of_time": False}},
+            {"model": "b", "cells": {"tritonfuse": ok}, "together": {"status": "skipped", "out_of_time": True}},
+            {"model": "c", "cells": {"tritonfuse": ok}}]
+    assert _unfinished_models(rows) == ["b"]
