@@ -132,11 +132,8 @@ def _work(params: dict, emit) -> None:
         if base_backend(backend) == "tritonfuse":
             import tritonfuse.metrics
             tritonfuse.metrics.reset()
-        synchronize(device)
-        t0 = time.perf_counter()
-        actual = run_step(step, compiled, batch, train)
-        synchronize(device)
-        emit("first_call_s", time.perf_counter() - t0)
+        actual, seconds = _timed(lambda: run_step(step, compiled, batch, train), device)
+        emit("first_call_s", seconds)
         if base_backend(backend) == "tritonfuse":
             emit("tritonfuse", tritonfuse_metrics())
         emit("dynamo", dynamo_counts())
@@ -145,11 +142,7 @@ def _work(params: dict, emit) -> None:
         if params["phase"] == "cold":
             fns = {"eager": step_callable(step, step, batch, train),
                    backend: step_callable(step, compiled, batch, train)}
-            samples, errors = sample_interleaved(fns, params["repeat"], device)
-            emit("ms", {name: {"median": statistics.median(v), "min": min(v), "samples": len(v)}
-                        for name, v in samples.items()})
-            if errors:
-                emit("timing_errors", {name: short_error(exc) for name, exc in errors.items()})
+            samples = _time_steps(fns, params["repeat"], device, emit)
             if device.type == "cuda":
                 emit("peak_mb", {name: _peak_mb(fn, device) for name, fn in fns.items()
                                  if name in samples})
@@ -170,19 +163,30 @@ def _work_together(params: dict, emit) -> None:
             stack.enter_context(torch.no_grad())
         for backend in params["backends"]:
             compiled = torch.compile(step, backend=resolve_backend(backend))
-            fn = step_callable(step, compiled, batch, train)
-            synchronize(device)
-            t0 = time.perf_counter()
-            fn()
-            synchronize(device)
-            first_calls[backend] = time.perf_counter() - t0
-            fns[backend] = fn
+            fns[backend] = step_callable(step, compiled, batch, train)
+            _, first_calls[backend] = _timed(fns[backend], device)
         emit("first_call_s", first_calls)
-        samples, errors = sample_interleaved(fns, params["repeat"], device)
+        _time_steps(fns, params["repeat"], device, emit)
+
+
+def _timed(fn, device: torch.device):
+    """(fn(), its wall seconds), the device synchronized before and after."""
+    synchronize(device)
+    t0 = time.perf_counter()
+    result = fn()
+    synchronize(device)
+    return result, time.perf_counter() - t0
+
+
+def _time_steps(fns: dict, repeat: int, device: torch.device, emit) -> dict:
+    """Times `fns` interleaved (sample_interleaved), emits their "ms" (and the errors of
+    those that raised); returns the samples."""
+    samples, errors = sample_interleaved(fns, repeat, device)
     emit("ms", {name: {"median": statistics.median(v), "min": min(v), "samples": len(v)}
                 for name, v in samples.items()})
     if errors:
         emit("timing_errors", {name: short_error(exc) for name, exc in errors.items()})
+    return samples
 
 
 # ----------------------------------------------------------------------------------------

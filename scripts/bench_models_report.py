@@ -38,11 +38,11 @@ def speedup_rows(rows: list[dict], backends: list[str]) -> list[dict]:
     "inductor (own eager)", the ratio of the two speed-ups over their own eager; against
     "inductor (same process)", the times of the "together" job (where the cold job of
     `backend` matched eager)."""
-    out = []
+    out, pairs = [], ratio_pairs(backends, rows)
     for row in rows:
         cells, ratios = row["cells"], {}
         together = row.get("together") or {}
-        for base, b in ratio_pairs(backends, rows):
+        for base, b in pairs:
             if base.endswith(SAME_PROCESS):
                 ms = together.get("ms", {}) if together.get("status") == "ok" else {}
                 theirs, ours = ms.get(base[:-len(SAME_PROCESS)]), ms.get(b)
