@@ -250,13 +250,45 @@ class GraphLowering(torch.fx.Interpreter):
         nodes = list(self.current_node.args[0])
         metas = [n.meta.get("val") if isinstance(n, torch.fx.Node) else None for n in nodes]
         self._realize_shared_output_bases(results, metas)
+        compact = self._saved_views_to_compact(results, metas)
+        if compact:
+            metrics.add("compacted_saved_views", len(compact))
         for position, (value, meta, node) in enumerate(zip(results, metas, nodes)):
-            if position in self.layout_plan.free_outputs:
+            if position in compact:
+                self.outputs.append(_dense_copy(value, meta))
+            elif position in self.layout_plan.free_outputs:
                 self.outputs.append(self._realize_saved_output(value, meta, node))
             else:
                 self.outputs.append(self._realize_output(value, meta))
         write_into_inputs(self)    # after every reader of the inputs' old values
         return results
+
+    def _saved_views_to_compact(self, results, metas) -> set:
+        """Positions of saved activations (outputs whose strides tritonfuse reports) that
+        are views of a small part of a buffer this graph computed. Returned as views, they
+        would keep the whole buffer alive until the backward, though the rest of it is dead
+        after the forward: the value part of a merged q/k/v projection (merge_linears.py)
+        that attention saves. Each is copied into a dense buffer of its own instead, when
+        all the graph's outputs over that buffer are such views and together cover at most
+        half of it."""
+        free = self.layout_plan.free_outputs
+        parts: dict = {}      # id(base buffer) -> (its numel, [(position, numel of the view)])
+        blocked = set()       # bases another output returns whole or a user sees
+        for position, (value, meta) in enumerate(zip(results, metas)):
+            base, is_view = _computed_base(value)
+            if base is None:
+                continue
+            numel = _static_numel(meta) if is_view and position in free else None
+            base_numel = _static_numel(base.layout)
+            if numel is None or base_numel is None:
+                blocked.add(id(base))
+                continue
+            parts.setdefault(id(base), (base_numel, []))[1].append((position, numel))
+        compact = set()
+        for key, (base_numel, views) in parts.items():
+            if key not in blocked and 2 * sum(numel for _, numel in views) <= base_numel:
+                compact.update(position for position, _ in views)
+        return compact
 
     def _realize_shared_output_bases(self, results, metas):
         """Outputs that are views of one value share memory in eager (``y, y.t()``): realize
@@ -623,6 +655,46 @@ def _channels_last_layout(node) -> Layout:
     """A channels_last layout for the 4-D value ``node`` computes."""
     size = list(node.get_size())
     return Layout(node.get_device(), node.get_dtype(), size, channels_last_strides(size))
+
+
+def _computed_base(value):
+    """(the buffer this graph computed that ``value`` is or views, whether it is a view of
+    it), or (None, False) for anything else (a graph input, a value not yet realized)."""
+    if not isinstance(value, TensorBox):
+        return None, False
+    data = value.data
+    if isinstance(data, ReinterpretView):
+        base = data.buffer
+    else:
+        box = _view_base(value)
+        base = box.data if box is not None and box.is_realized() else None
+    if base is None or isinstance(base, InputBuffer):
+        return None, False
+    return base, not isinstance(data, StorageBox)
+
+
+def _static_numel(value):
+    """The number of elements of a tensor meta or a layout, or None if not a number."""
+    size = value.shape if isinstance(value, torch.Tensor) else getattr(value, "size", None)
+    if size is None:
+        return None
+    numel = 1
+    for s in size:
+        if not sym.is_static(s):
+            return None
+        numel *= sym.to_int(s)
+    return numel
+
+
+def _dense_copy(value, meta):
+    """``value`` copied into a new buffer with no gaps, its dims in eager's order of strides."""
+    size = sym.sizes_of(meta.shape)
+    order = sorted(range(meta.dim()), key=lambda d: (meta.stride()[d], -d))
+    stride, running = [0] * meta.dim(), 1
+    for d in order:
+        stride[d] = running
+        running *= int(meta.shape[d])
+    return realize_with_strides(value, size, stride)
 
 
 def _view_base(value):

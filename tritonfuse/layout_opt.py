@@ -13,6 +13,9 @@ tritonfuse chooses a layout:
     * the forward graph's outputs saved for the backward: their strides are reported to
       aot_autograd (``report_output_strides``), which traces the backward with them.
 
+Forward graphs without convolutions report their saved activations' strides too: a saved
+value that is a small view of a large buffer is copied out (graph.py), dense.
+
 User-visible outputs (the forward's results, the backward's gradients) keep eager's
 strides exactly. Pointwise kernels need nothing special: they index by strides and loop
 in their output's memory order (dependencies.py), so a kernel reading and writing NHWC
@@ -79,6 +82,11 @@ def plan_layouts(gm: torch.fx.GraphModule, example_inputs, kind: str) -> LayoutP
     """The layout plan of a graph of kind "forward", "backward" or "inference"."""
     convs = conv2d_nodes(gm)
     if not convs:
+        if kind == "forward" and not _symbolic(example_inputs):
+            # no channels_last, but the saved activations' strides are still tritonfuse's
+            # to choose: a small view of a large buffer is copied out (graph.py)
+            reported, free = _saved_output_slots(gm)
+            return LayoutPlan(False, frozenset(), free, reported)
         return LayoutPlan()
     if not _enabled(gm, example_inputs, kind, convs):
         # only the convolution backwards that eager hands channels_last gradients: nothing

@@ -58,6 +58,8 @@ cpp_build_cache_hits = 0
 cache_repairs = 0
 triton_compilations = 0
 kernel_dedup_hits = 0
+merged_linear_groups = 0     # groups of linears on one input merged into one (merge_linears.py)
+compacted_saved_views = 0    # saved activations copied out of a mostly dead buffer (graph.py)
 cudagraph_captures = 0
 cudagraph_replays = 0
 cudagraph_input_copies = 0
@@ -71,7 +73,7 @@ compile_seconds: dict = {}
 def reset() -> None:
     global generated_kernel_count, fused_node_count, graph_cache_hits, cpp_builds, cpp_build_cache_hits
     global eager_graphs, direct_inference_graphs, symbolic_graphs, static_specializations, cache_repairs
-    global triton_compilations, kernel_dedup_hits, aot_cache_hits
+    global triton_compilations, kernel_dedup_hits, aot_cache_hits, merged_linear_groups, compacted_saved_views
     global cudagraph_captures, cudagraph_replays, cudagraph_input_copies, cudagraph_uncaptured_calls
     cudagraph_captures = cudagraph_replays = cudagraph_input_copies = cudagraph_uncaptured_calls = 0
     cudagraph_skips.clear()
@@ -90,6 +92,7 @@ def reset() -> None:
     cache_repairs = 0
     triton_compilations = 0
     kernel_dedup_hits = 0
+    merged_linear_groups = compacted_saved_views = 0
     generated_kernels.clear()
     cached_kernels.clear()
     fallbacks.clear()
