@@ -168,6 +168,8 @@ def _compile(gm, example_inputs, options: CompileOptions):
 
 def _compile_with_aot_autograd(gm, example_inputs, aot_autograd, decomposition_table, options, cudagraphs):
     from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
+    from .merge_linears import merge_linears
+    merge_linears(gm)   # before the cache key and the trace: both see the merged graph
     shortcut = InferenceShortcut(gm, example_inputs)
     key = aot_cache.key_for(gm, example_inputs, options)
     if key is not None:   # a warm start: aot_autograd's result from the disk

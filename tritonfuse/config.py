@@ -248,6 +248,11 @@ KNOBS: dict[str, Knob] = {
         "how aot_autograd splits a training graph into forward and backward: min_cut saves "
         "what is cheapest to keep and recomputes cheap pointwise work in the backward's "
         "kernels; default saves every value the backward reads"),
+    "merge_linears": Knob(
+        "TRITONFUSE_MERGE_LINEARS", Choice("train", "all", "off"), "train",
+        "linear layers on the same input (attention's q/k/v, a gated MLP's gate/up) become one "
+        "matmul on concatenated weights (merge_linears.py): in graphs that need gradients, in "
+        "every graph, or never"),
     "layout_opt": Knob(
         "TRITONFUSE_LAYOUT_OPT", Choice("auto", "1", "0"), "auto",
         "channels_last feature maps in graphs with 2-D convolutions (layout_opt.py): auto "
