@@ -84,6 +84,25 @@ def test_inference_merges_only_when_asked(device, monkeypatch, policy, merged):
     assert_same(actual, expected, atol=1e-4, rtol=1e-4)
 
 
+def test_symbolic_sizes_are_not_merged(device):
+    """Over several lengths in one process: the static first graph merges, the symbolic
+    recompile does not, every length matches eager and no third graph is compiled."""
+    torch.manual_seed(0)
+    model, reference = Block().to(device), Block().to(device)
+    reference.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, backend="tritonfuse")
+    for length in (8, 11, 16, 23):
+        x = torch.randn(2, length, 32, device=device)
+        compiled(x).square().mean().backward()
+        reference(x).square().mean().backward()
+        for p, r in zip(model.parameters(), reference.parameters()):
+            assert_same(p.grad, r.grad, atol=1e-4, rtol=1e-4)
+            p.grad = r.grad = None
+    assert metrics.merged_linear_groups == 2       # the first, static graph only
+    assert metrics.symbolic_graphs == 2            # the recompile's forward and backward
+    assert metrics.eager_graphs == 0
+
+
 def test_linears_that_differ_are_left_alone(device):
     """Different inputs, in_features, dtypes or bias presence: nothing to merge."""
     torch.manual_seed(0)
