@@ -142,3 +142,20 @@ def test_a_small_saved_view_of_a_large_buffer_is_copied_out(device):
     assert metrics.compacted_saved_views == 1
     for got, want in zip(*grads):
         assert_same(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_a_merge_that_fails_leaves_the_linears_as_they_were(device, monkeypatch):
+    import tritonfuse.merge_linears as merge_module
+
+    def broken(node):
+        raise RuntimeError("injected")
+    monkeypatch.setattr(merge_module, "_recomputed", broken)
+    torch.manual_seed(0)
+    model, reference = Block().to(device), Block().to(device)
+    reference.load_state_dict(model.state_dict())
+    x = torch.randn(2, 16, 32, device=device)
+    torch.compile(model, backend="tritonfuse")(x).square().mean().backward()
+    reference(x).square().mean().backward()
+    assert metrics.merged_linear_groups == 0 and metrics.eager_graphs == 0
+    for p, r in zip(model.parameters(), reference.parameters()):
+        assert_same(p.grad, r.grad, atol=1e-4, rtol=1e-4)

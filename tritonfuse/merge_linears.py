@@ -55,15 +55,21 @@ def merge_linears(gm: torch.fx.GraphModule) -> int:
     if policy == "off":
         return 0
     groups = [group for group in _groups(gm.graph) if policy == "all" or _needs_grad(group)]
+    merged = 0
     for group in groups:
-        _merge(gm.graph, group)
-    if groups:
-        metrics.add("merged_linear_groups", len(groups))
+        try:   # each step leaves a valid graph: new nodes, then the uses moved, then erasures
+            _merge(gm.graph, group)
+            merged += 1
+        except Exception:  # noqa: BLE001 - an optimization only: the group stays as it was
+            log.warning("tritonfuse: linears %s left unmerged after an error",
+                        ",".join(node.name for node in group), exc_info=True)
+    if merged:
         gm.graph.lint()
         gm.recompile()
-        log.debug("merged %d groups of linears: %s", len(groups),
+        metrics.add("merged_linear_groups", merged)
+        log.debug("merged %d groups of linears: %s", merged,
                   "; ".join(",".join(node.name for node in group) for group in groups))
-    return len(groups)
+    return merged
 
 
 def _example(node):
@@ -139,9 +145,9 @@ def _merge(graph: torch.fx.Graph, group: list[torch.fx.Node]) -> None:
         bias = None if biases[0] is None else _recomputed(_call(graph, torch.cat, (biases, 0)))
         merged = _call(graph, _LINEAR, (x, weight, bias))
         parts = _call(graph, torch.split, (merged, sizes, -1))
-        for i, node in enumerate(group):
-            part = _call(graph, operator.getitem, (parts, i))
-            node.replace_all_uses_with(part)
+        pieces = [_call(graph, operator.getitem, (parts, i)) for i in range(len(group))]
+    for node, piece in zip(group, pieces):
+        node.replace_all_uses_with(piece)
     for node in group:
         graph.erase_node(node)
 
