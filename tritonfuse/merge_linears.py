@@ -27,10 +27,15 @@ Merged: ``torch._C._nn.linear`` calls (what Dynamo records for nn.Linear and F.l
 the same input node, with weights and biases that are graph inputs or attributes (the
 parameters, not values computed in the graph) of one dtype and device and plain tensors
 (no subclass), the same in_features, and all with a bias or none; and an input of static
-sizes. Under symbolic sizes the merge is left out: on an H200, HF Llama (grouped-query
-attention, bf16) trained over 10 lengths with merging in its symbolic graph was
-recompiled statically at every new length and ran eagerly after 8 (the cause was not
-found; the CPU does not show it).
+sizes. Under symbolic sizes a saved activation keeps eager's strides (graph.py copies a
+small saved view out only where it reports static strides), so attention's saved value
+would keep the whole q/k/v output alive until the backward; and the merge's speed there
+is not measured yet.
+
+The new nodes' example values are computed as Dynamo computes its own, under the Python
+dispatcher. Without it (torch 2.11), the fake ``linear`` read a symbolic input's sizes as
+ints and so pinned the length: every new length compiled a static graph and the 9th ran
+eagerly.
 """
 from __future__ import annotations
 
@@ -54,7 +59,8 @@ def merge_linears(gm: torch.fx.GraphModule) -> int:
     policy = config.merge_linears
     if policy == "off":
         return 0
-    groups = [group for group in _groups(gm.graph) if policy == "all" or _needs_grad(group)]
+    groups = [group for group in _groups(gm.graph)
+              if (policy == "all" or _needs_grad(group)) and _static_input(group)]
     merged = 0
     for group in groups:
         try:   # each step leaves a valid graph: new nodes, then the uses moved, then erasures
@@ -107,8 +113,8 @@ def _group_key(node: torch.fx.Node):
     w, example = _example(weight), _example(x)
     if example is None or _example(node) is None:
         return None
-    if not all(isinstance(size, int) for size in (*w.shape, *example.shape)):
-        return None   # symbolic sizes: see the module's docstring
+    if not all(isinstance(size, int) for size in w.shape):
+        return None
     return (x, w.dtype, w.device, w.shape[1], bias is None)
 
 
@@ -129,6 +135,10 @@ def _groups(graph: torch.fx.Graph) -> list[list[torch.fx.Node]]:
         if len(unique) >= 2:
             groups.append(unique)
     return groups
+
+
+def _static_input(group) -> bool:
+    return all(isinstance(size, int) for size in _example(_operands(group[0])[0]).shape)
 
 
 def _needs_grad(group) -> bool:
@@ -168,8 +178,10 @@ def _call(graph: torch.fx.Graph, target, args) -> torch.fx.Node:
     fake_args = torch.fx.node.map_arg(args, _example_or_value)
     fake_mode = _fake_mode(fake_args)
     if fake_mode is not None:
-        try:
-            with fake_mode:
+        from torch._dispatch.python import enable_python_dispatcher
+        try:   # as Dynamo computes its example values: composite ops (linear) decompose in
+            # Python, on SymInts; in C++ they read sizes as ints, which pins symbolic sizes
+            with fake_mode, enable_python_dispatcher():
                 node.meta["example_value"] = target(*fake_args)
         except Exception:  # noqa: BLE001 - aot_autograd traces again; the meta is a courtesy
             log.debug("no example value for %s", node.name, exc_info=True)
