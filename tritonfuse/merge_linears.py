@@ -61,21 +61,20 @@ def merge_linears(gm: torch.fx.GraphModule) -> int:
         return 0
     groups = [group for group in _groups(gm.graph)
               if (policy == "all" or _needs_grad(group)) and _static_input(group)]
-    merged = 0
+    merged = []
     for group in groups:
+        names = ",".join(node.name for node in group)   # before _merge erases the nodes
         try:   # each step leaves a valid graph: new nodes, then the uses moved, then erasures
             _merge(gm.graph, group)
-            merged += 1
+            merged.append(names)
         except Exception:  # noqa: BLE001 - an optimization only: the group stays as it was
-            log.warning("tritonfuse: linears %s left unmerged after an error",
-                        ",".join(node.name for node in group), exc_info=True)
+            log.warning("tritonfuse: linears %s left unmerged after an error", names, exc_info=True)
     if merged:
         gm.graph.lint()
         gm.recompile()
-        metrics.add("merged_linear_groups", merged)
-        log.debug("merged %d groups of linears: %s", merged,
-                  "; ".join(",".join(node.name for node in group) for group in groups))
-    return merged
+        metrics.add("merged_linear_groups", len(merged))
+        log.debug("merged %d groups of linears: %s", len(merged), "; ".join(merged))
+    return len(merged)
 
 
 def _example(node):
