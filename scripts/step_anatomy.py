@@ -3,6 +3,7 @@
     python scripts/step_anatomy.py llama --backends inductor,tritonfuse
     python scripts/step_anatomy.py vit --backends tritonfuse --kernels 80 --host-profile 30
     python scripts/step_anatomy.py llama-gqa --lengths 128,448 --by-time   # a symbolic recompile
+    python scripts/step_anatomy.py llama-gqa --lengths 128,192,704 --sync-check   # syncs in a step
 
 For each backend, in one process per call of this script (run it once per backend for a
 clean host), the step of scripts/model_zoo.py (bf16, gradients cleared, as bench.py's
@@ -28,6 +29,8 @@ import pstats
 import statistics
 import sys
 import time
+import traceback
+import warnings
 from pathlib import Path
 
 import torch
@@ -112,6 +115,33 @@ def host_profile(fn, top: int) -> None:
     print(out.getvalue())
 
 
+def sync_check(fn, steps: int = 2) -> None:
+    """Runs ``steps`` steps under torch.cuda.set_sync_debug_mode("warn") and prints every
+    host-device synchronization they make, with the Python stack that made it. A step with
+    a sync in its middle stops the host's lead: its pipelined time grows with device time."""
+    stacks = collections.Counter()
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        if "synchroniz" in str(message):
+            stack = traceback.format_stack(limit=14)[:-2]
+            stacks["".join(stack[-8:])] += 1
+
+    torch.cuda.synchronize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = record
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            for _ in range(steps):
+                fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+    print(f"   synchronizations in {steps} steps: {sum(stacks.values())}")
+    for stack, count in stacks.most_common():
+        print(f"   --- {count}x at:\n{stack}")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="a scripts/model_zoo.py model (llama, vit, gpt2, ...)")
@@ -124,6 +154,8 @@ def main(argv=None) -> None:
                    "(e.g. llama-gqa --lengths 128,192,448, bench.py --suite dynamic's model)")
     p.add_argument("--batch", type=int, default=4, help="batch size with --lengths")
     p.add_argument("--by-time", action="store_true", help="list kernels by device time, not by launches")
+    p.add_argument("--sync-check", action="store_true",
+                   help="list the host-device synchronizations a step makes, with their Python stacks")
     args = p.parse_args(argv)
     lengths = [int(n) for n in args.lengths.split(",") if n]
     for backend in args.backends.split(","):
@@ -142,6 +174,8 @@ def main(argv=None) -> None:
               f"({bound}; first 3 steps {first:.1f} s{'; ' + str(blocked) + ' steps outlasted the sleep' if blocked else ''})",
               flush=True)
         kernel_census(fn, args.kernels, args.by_time)
+        if args.sync_check:
+            sync_check(fn)
         if args.host_profile and backend != "eager":
             host_profile(fn, args.host_profile)
         sys.stdout.flush()
