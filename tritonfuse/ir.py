@@ -10,6 +10,9 @@ a buffer) or a view of another value. A computation is ``Pointwise`` or ``Reduct
               ─► ReinterpretView(buffer, layout)               (strided view, no data moved)
               ─► GenericView(value, size, reindex)             (any index remapping)
 
+A ``cat`` whose inputs are costly to compute and that no pointwise op reads computes each
+input into its slice of the cat's memory (``ConcatSlice``, one buffer per input).
+
 ``Scan`` is a computation over rows like a reduction that stores every prefix. A
 ``Scatter`` writes indirectly into a buffer made for it; its ``MutationBuffer`` is that
 buffer after the writes. An ``InputMutation`` is a ``MutationBuffer`` whose computation
@@ -251,6 +254,52 @@ class InputMutation(MutationBuffer):
 
     def body(self, xvars, rvars):
         ComputedBuffer.body(self, xvars, rvars)
+
+
+@dataclass
+class ConcatSlice(ComputedBuffer):
+    """One input of a ``cat`` computed straight into its slice of the cat's memory (as
+    Inductor's ConcatKernel does): ``data`` iterates the input's own sizes, and element
+    ``i`` is stored at ``i`` shifted by ``start`` along ``dim`` of ``layout``, the whole
+    cat's layout. The first slice's buffer is the cat's memory (allocated at the whole
+    size); each later slice is bound to it through ``previous`` (the slice written before,
+    a dependency, as a scatter's target is), and the last one is the cat's value: its
+    readers depend on every slice. Slices write disjoint elements, so two of equal sizes
+    may share a kernel, and no slice is ever kept out of memory (scheduler.py)."""
+    dim: int = 0
+    start: sympy.Expr = sympy.Integer(0)
+    previous: Optional["ConcatSlice"] = None
+
+    def body(self, xvars, rvars):
+        index = list(xvars)
+        index[self.dim] = index[self.dim] + self.start
+        ops.store(self.name, self.layout.index(index), self.data.inner_fn(list(xvars)))
+
+
+def memory_target(buffer: Buffer) -> Optional[Buffer]:
+    """The buffer whose memory ``buffer`` writes into and is bound to (no memory of its own):
+    a scatter's target, a later cat slice's previous slice; None for a buffer with its own."""
+    if isinstance(buffer, MutationBuffer):
+        return buffer.target
+    if isinstance(buffer, ConcatSlice):
+        return buffer.previous
+    return None
+
+
+def concat_into_slices(inputs, loaders, dim: int, layout: Layout, origins: tuple) -> "TensorBox":
+    """The cat of ``inputs`` (read through ``loaders``, which cast to the cat's dtype) along
+    ``dim`` in ``layout``: each input computed (or copied) into its slice, ``ConcatSlice``
+    by ``ConcatSlice``."""
+    from .graph import current_graph
+    graph = current_graph()
+    start, previous = sympy.Integer(0), None
+    for value, loader in zip(inputs, loaders):
+        size = list(value.get_size())
+        data = Pointwise(layout.device, layout.dtype, loader, size, origins=origins_of([value]) + origins)
+        piece = ConcatSlice(name=None, layout=layout, data=data, dim=dim, start=start, previous=previous)
+        graph.register_buffer(piece)
+        start, previous = start + size[dim], piece
+    return TensorBox(StorageBox(previous))
 
 
 def mutate(target: Buffer, scatter: Scatter) -> "TensorBox":

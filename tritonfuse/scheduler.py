@@ -16,6 +16,11 @@ input's old value: write-after-read dependencies (``_direct_preds``). It shares 
 with a reader of the old value only where each element is read before it is written by
 the same program (``_input_write_fusion_ok``).
 
+Cat slices. A cat computed into slices (``ir.ConcatSlice``) is one node per input, each
+writing its part of the cat's memory; each depends on the slice before it, and its
+readers read the last. Slices of equal sizes may share a kernel (their writes are
+disjoint); none is kept out of memory.
+
 Template nodes. A buffer computed by a kernel template (a GEMM under max-autotune) is a
 node whose group may absorb pointwise consumers of its output, which the template then
 computes in its store (epilogues), and, where ``config.gemm_prologue_fusion`` allows, the
@@ -33,7 +38,7 @@ import torch
 from . import config, metrics, sym
 from .dependencies import extract_deps, flat_x_form, split_sizes
 from .fusion_graph import FusionGraph, candidate_pairs
-from .ir import ComputedBuffer, FallbackKernel, InputMutation, MutationBuffer, TemplateBuffer
+from .ir import ComputedBuffer, ConcatSlice, FallbackKernel, InputMutation, MutationBuffer, TemplateBuffer
 from .prologue_fusion import prologue_operand
 
 log = logging.getLogger("tritonfuse.scheduler")
@@ -65,6 +70,10 @@ class SchedulerNode:
         self.written_input = buffer.target.name if isinstance(buffer, InputMutation) else None
         if self.written_input is not None:
             self.read_names.add(self.written_input)
+        # a cat's slice after the first writes into the memory of the one before it
+        self.is_concat_slice = isinstance(buffer, ConcatSlice)
+        if self.is_concat_slice and buffer.previous is not None:
+            self.read_names.add(buffer.previous.name)
         self.origins = tuple(buffer.data.origins)
         self.is_template = isinstance(buffer, TemplateBuffer)
 
@@ -469,10 +478,11 @@ class Scheduler:
         return order
 
     def internal_buffers(self, group: FusedNode):
-        """Buffers produced and consumed only inside ``group``: never allocated."""
+        """Buffers produced and consumed only inside ``group``: never allocated. (Not a
+        cat's slice: it is part of the cat's memory, whoever reads it.)"""
         readers = self._readers()
-        writes_input = {node.name for node in group.nodes if node.written_input is not None}
-        return {name for name in group.names if name not in self.output_names and name not in writes_input
+        in_memory = {node.name for node in group.nodes if node.written_input is not None or node.is_concat_slice}
+        return {name for name in group.names if name not in self.output_names and name not in in_memory
                 and not readers.get(name, set()) - {id(group)}}
 
     def _readers(self):

@@ -39,7 +39,8 @@ module lists them (the first call keeps copies for its eager retry, compile_fx.p
 Never taken over, because their memory outlives their name or is not the graph's to
 reuse: graph inputs (but donated ones) and constants, graph outputs (and the buffers
 outputs are views of), a scatter's target (the ``MutationBuffer`` result is bound to its
-memory and keeps it), and every tensor argument and output of a fallback whose op may
+memory and keeps it), a cat's slice but the last (``ConcatSlice``: the last is bound to the
+first's memory), and every tensor argument and output of a fallback whose op may
 alias or mutate its arguments (its schema says so, or it has no schema).
 
 A graph input written in place (``ir.InputMutation``) is such a target too: its writer is
@@ -54,7 +55,7 @@ import torch
 
 from .. import sym
 from ..dependencies import extract_deps
-from ..ir import ComputedBuffer, MutationBuffer
+from ..ir import ComputedBuffer, memory_target
 from ..scheduler import FallbackNode
 
 IN_PLACE = "in place"
@@ -174,7 +175,8 @@ def _out_variant_output(graph, group):
 
 def _in_place_source(scheduler, graph, group, buffer, dying, allocated, pinned, taken_here):
     node = next(n for n in group.nodes if n.name == buffer.name)
-    if node.is_reduction() or node.is_template:   # a GEMM template reads whole rows and columns
+    # a GEMM template reads whole rows and columns; a cat's first slice writes part of its memory
+    if node.is_reduction() or node.is_template or node.is_concat_slice:
         return None
     readers = {}
     for other in group.nodes:
@@ -237,8 +239,9 @@ def _shared_memory(scheduler):
                 shared |= set(group.read_names) | set(group.output_names)
             continue
         for node in group.nodes:
-            if isinstance(node.buffer, MutationBuffer):    # a scatter's result is its target's memory
-                shared.add(node.buffer.target.name)
+            target = memory_target(node.buffer)
+            if target is not None:    # a scatter's result, a later cat slice: its target's memory
+                shared.add(target.name)
                 bound.add(node.name)
             elif isinstance(node.buffer, ComputedBuffer):
                 _, write = extract_deps(node.buffer, node.x_sizes, node.r_sizes)

@@ -11,7 +11,7 @@ import sympy
 import torch
 
 from .. import metrics, sym
-from ..ir import Buffer, MutationBuffer, ReinterpretView
+from ..ir import Buffer, ReinterpretView, memory_target
 from ..runtime.heuristics import Config
 from .common import IndentedBuffer, pexpr
 from .memory_planning import MemoryPlan
@@ -183,8 +183,9 @@ class WrapperCodeGen:
         if buffer.name in self.allocated:
             return
         self.allocated.add(buffer.name)
-        if isinstance(buffer, MutationBuffer):   # a scatter writes into its target's memory
-            self.writeline(f"{buffer.name} = {buffer.target.name}  # written in place")
+        target = memory_target(buffer)   # a scatter's target, a cat's slice before this one
+        if target is not None:
+            self.writeline(f"{buffer.name} = {target.name}  # written in place")
             return
         layout = buffer.layout
         size, stride = _shape(layout.size), _shape(layout.stride)

@@ -4,7 +4,7 @@ import sympy
 import torch
 
 from .. import sym
-from ..ir import Pointwise, TensorBox
+from ..ir import Layout, Pointwise, TensorBox, concat_into_slices, is_non_overlapping
 from ..virtualized import ops
 from .registry import SUPPORTED_DTYPES, Unsupported, aten, broadcast_tensors, make_loader, register_lowering
 
@@ -173,6 +173,8 @@ def cat(tensors, dim=0):
         start = start + t.get_size()[dim]
     loaders = [make_loader(t, dtype) for t in tensors]
     size = sym.sizes_of(meta.shape)
+    if _into_slices(tensors):
+        return concat_into_slices(tensors, loaders, dim, _dense_layout_of(meta), ("cat",))
 
     def inner_fn(index):
         result = None
@@ -191,6 +193,66 @@ def cat(tensors, dim=0):
             result = ops.where(inside, ops.masked(inside, body, 0), result)
         return result
     return TensorBox.create(Pointwise(meta.device, dtype, inner_fn, size, origins=("cat",)))
+
+
+def _into_slices(tensors) -> bool:
+    """Whether to compute each input of a cat into its slice of the cat's memory rather
+    than as one pointwise node. The pointwise node computes, at every element, every
+    input's value and keeps one (the masked branches run all the same): right when the
+    inputs are cheap (loads), or when a kernel reads the cat (a pointwise op or a
+    reduction: the cat is then computed in that kernel and never stored). Slices when
+    only what needs memory reads it (a matmul, a fallback, the graph's output) and some
+    input is a computation with transcendental math or several loads (the gradients of
+    q/k/v through rotary embeddings, cat'ed for a merged projection's matmul): each
+    input's work is then done once, where it is stored. (Inductor's cat chooses between
+    its pointwise cat and ConcatKernel alike.)"""
+    from ..graph import count_ops, current_graph
+    if _read_by_a_kernel(current_graph().current_node):
+        return False
+    for t in tensors:
+        # what reading one element of the input costs (through its views)
+        loads, expensive = count_ops(Pointwise(t.get_device(), t.get_dtype(), t.make_loader(), list(t.get_size())))
+        if expensive or loads > 2:
+            return True
+    return False
+
+
+# readers that take their operands from memory, never computing them in their own loads
+# (by default; under max-autotune a GEMM template's prologue fusion stays with single ops)
+_MEMORY_READERS = (aten.mm, aten.bmm, aten.addmm, aten.baddbmm, aten.convolution)
+# ops that return a view of their input, or a reshape of it, whatever their schema says
+_VIEW_LIKE = (aten._unsafe_view, aten.reshape, aten.view)
+
+
+def _dense_layout_of(meta) -> Layout:
+    """Eager's layout of ``meta`` where it is dense (a channels_last cat stays so), else
+    contiguous."""
+    size, stride = sym.sizes_of(meta.shape), sym.sizes_of(meta.stride())
+    layout = Layout(meta.device, meta.dtype, size, stride)
+    if is_non_overlapping(size, stride) and sym.same_size(layout.storage_size(), layout.numel()):
+        return layout
+    return Layout.contiguous(meta.device, meta.dtype, size)
+
+
+def _read_by_a_kernel(node) -> bool:
+    """Whether a lowered op other than a matmul reads FX node ``node``'s value, directly or
+    through views: a kernel that can compute the value in its loads."""
+    from .registry import lowerings
+    seen, todo = set(), list(node.users)
+    while todo:
+        user = todo.pop()
+        if user in seen or user.op != "call_function":
+            continue
+        seen.add(user)
+        target = user.target
+        schema = getattr(target, "_schema", None)
+        packet = getattr(target, "overloadpacket", None)
+        if packet in _VIEW_LIKE or (schema is not None and any(
+                r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)):
+            todo.extend(user.users)   # a view: its readers read the cat
+        elif target in lowerings and packet not in _MEMORY_READERS:
+            return True
+    return False
 
 
 @register_lowering(aten.constant_pad_nd)
