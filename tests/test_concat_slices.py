@@ -183,3 +183,28 @@ def test_symbolic_sizes_over_several_lengths(device):
         x2, y2 = rand(n, 24, device=device), rand(n + 3, 24, device=device)
         assert_same(compiled_f(x2, y2), f(x2, y2), atol=1e-4, rtol=1e-4)
     assert tritonfuse.metrics.eager_graphs == 0
+
+
+def test_unequal_inputs_of_plain_arithmetic_stay_one_kernel(device):
+    """Inputs of several loads but no costly math, of different sizes: slices would add a
+    launch each, so the cat stays one pointwise kernel."""
+    w = rand(40, 4, device=device)
+
+    def f(a, b, c, d):
+        return torch.cat([a + b + c, d * 2 + a[:, :16] - b[:, :16]], dim=1) @ w
+
+    sources = check(f, rand(8, 24, device=device), rand(8, 24, device=device), rand(8, 24, device=device),
+                    rand(8, 16, device=device), atol=1e-4, rtol=1e-4)
+    assert _slices(sources[0]) == 0, sources[0]
+
+
+def test_equal_inputs_of_plain_arithmetic_share_one_slice_kernel(device):
+    w = rand(48, 4, device=device)
+
+    def f(a, b, c):
+        return torch.cat([a + b + c, a * b - c], dim=1) @ w
+
+    sources = check(f, rand(8, 24, device=device), rand(8, 24, device=device), rand(8, 24, device=device),
+                    atol=1e-4, rtol=1e-4)
+    assert _slices(sources[0]) == 1, sources[0]
+    assert len(_kernels(sources)) == 1

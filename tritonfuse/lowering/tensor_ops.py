@@ -202,19 +202,22 @@ def _into_slices(tensors) -> bool:
     inputs are cheap (loads), or when a kernel reads the cat (a pointwise op or a
     reduction: the cat is then computed in that kernel and never stored). Slices when
     only what needs memory reads it (a matmul, a fallback, the graph's output) and some
-    input is a computation with transcendental math or several loads (the gradients of
-    q/k/v through rotary embeddings, cat'ed for a merged projection's matmul): each
-    input's work is then done once, where it is stored. (Inductor's cat chooses between
-    its pointwise cat and ConcatKernel alike.)"""
+    input is a computation with transcendental math (the gradients of q/k/v through
+    rotary embeddings, cat'ed for a merged projection's matmul), or of several loads when
+    the inputs' sizes are equal: each input's work is then done once, where it is
+    stored. (Inductor's cat chooses between its pointwise cat and ConcatKernel alike.)"""
     from ..graph import count_ops, current_graph
     if _read_by_a_kernel(current_graph().current_node):
         return False
-    for t in tensors:
-        # what reading one element of the input costs (through its views)
-        loads, expensive = count_ops(Pointwise(t.get_device(), t.get_dtype(), t.make_loader(), list(t.get_size())))
-        if expensive or loads > 2:
-            return True
-    return False
+    # what reading one element of each input costs (through its views)
+    costs = [count_ops(Pointwise(t.get_device(), t.get_dtype(), t.make_loader(), list(t.get_size())))
+             for t in tensors]
+    if any(expensive for _, expensive in costs):
+        return True
+    # inputs of several loads each: slices where they share one kernel (equal sizes), so
+    # that no launch is added
+    equal = all(sym.same_sizes(t.get_size(), tensors[0].get_size()) for t in tensors)
+    return equal and any(loads > 2 for loads, _ in costs)
 
 
 # readers that take their operands from memory, never computing them in their own loads
