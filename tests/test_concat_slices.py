@@ -208,3 +208,16 @@ def test_equal_inputs_of_plain_arithmetic_share_one_slice_kernel(device):
                     atol=1e-4, rtol=1e-4)
     assert _slices(sources[0]) == 1, sources[0]
     assert len(_kernels(sources)) == 1
+
+
+def test_the_knob_turns_slices_off(device, monkeypatch):
+    from tritonfuse import config
+    monkeypatch.setattr(config, "cat_slices", False)
+    w = rand(56, 4, device=device)
+
+    def f(x, y):
+        return torch.cat([torch.sin(x), torch.exp(y)], dim=1) @ w
+
+    sources = check(f, rand(8, 24, device=device), rand(8, 32, device=device), atol=1e-4, rtol=1e-4)
+    assert _slices(sources[0]) == 0, sources[0]
+    assert len(_kernels(sources)) == 1

@@ -587,6 +587,7 @@ BAD_VALUES = {   # one bad value for every environment variable tritonfuse reads
     "TRITONFUSE_DIRECT_INFERENCE": "yes please",
     "TRITONFUSE_CUDAGRAPHS": "reduce-overhead",
     "TRITONFUSE_MERGE_LINEARS": "qkv",
+    "TRITONFUSE_CAT_SLICES": "sometimes",
     "TRITONFUSE_LAYOUT_OPT": "channels_last",
     "TRITONFUSE_MAX_SHAPE_SPECIALIZATIONS": "banana",
     "TRITONFUSE_AUTOTUNE_CACHE_DIR": "~no-such-user-tritonfuse/autotune",

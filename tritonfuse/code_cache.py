@@ -74,7 +74,7 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, extra=()) -> str:
     inputs = [(tuple(t.shape), tuple(t.stride()), str(t.dtype), str(t.device), t.storage_offset())
               if isinstance(t, torch.Tensor) else repr(t) for t in example_inputs]
     devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
-    knobs = {"cpu_backend": config.cpu_backend, "autotune": config.autotune}
+    knobs = {"cpu_backend": config.cpu_backend, "autotune": config.autotune, "cat_slices": config.cat_slices}
     # C++ kernels are generated for the thread count of the moment (graphs with no CPU
     # input may still make CPU tensors); reductions are split for the device's size
     knobs["cpu_threads"] = torch.get_num_threads()

@@ -253,6 +253,11 @@ KNOBS: dict[str, Knob] = {
         "linear layers on the same input (attention's q/k/v, a gated MLP's gate/up) become one "
         "matmul on concatenated weights (merge_linears.py): in graphs that need gradients, in "
         "every graph, or never"),
+    "cat_slices": Knob(
+        "TRITONFUSE_CAT_SLICES", Flag(), True,
+        "a cat of costly inputs that only a matmul, a fallback or the output reads is computed "
+        "input by input into slices of its memory (ir.ConcatSlice), not as one kernel that "
+        "evaluates every input at every element"),
     "layout_opt": Knob(
         "TRITONFUSE_LAYOUT_OPT", Choice("auto", "1", "0"), "auto",
         "channels_last feature maps in graphs with 2-D convolutions (layout_opt.py): auto "

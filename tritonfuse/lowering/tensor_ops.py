@@ -206,8 +206,9 @@ def _into_slices(tensors) -> bool:
     rotary embeddings, cat'ed for a merged projection's matmul), or of several loads when
     the inputs' sizes are equal: each input's work is then done once, where it is
     stored. (Inductor's cat chooses between its pointwise cat and ConcatKernel alike.)"""
+    from .. import config
     from ..graph import count_ops, current_graph
-    if _read_by_a_kernel(current_graph().current_node):
+    if not config.cat_slices or _read_by_a_kernel(current_graph().current_node):
         return False
     # what reading one element of each input costs (through its views)
     costs = [count_ops(Pointwise(t.get_device(), t.get_dtype(), t.make_loader(), list(t.get_size())))
