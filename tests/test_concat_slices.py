@@ -221,3 +221,32 @@ def test_the_knob_turns_slices_off(device, monkeypatch):
     sources = check(f, rand(8, 24, device=device), rand(8, 32, device=device), atol=1e-4, rtol=1e-4)
     assert _slices(sources[0]) == 0, sources[0]
     assert len(_kernels(sources)) == 1
+
+
+def test_a_gemm_templates_epilogue_writes_its_slice(device):
+    """Under max-autotune a slice computed from a matmul is the GEMM template's epilogue,
+    stored straight into the cat's memory (where the column has a template)."""
+    w1, w2 = rand(32, 24, device=device) / 4, rand(40, 8, device=device) / 4
+
+    def f(x, y):
+        return torch.cat([torch.sin(x @ w1) * 2, torch.exp(y)], dim=1) @ w2
+
+    x, y = rand(16, 32, device=device), rand(16, 16, device=device)
+    expected = f(x, y)
+    compiled = torch.compile(f, backend="tritonfuse", options={"max_autotune": True})
+    actual, sources = run_and_get_code(compiled, x, y)
+    assert tritonfuse.metrics.eager_graphs == 0
+    assert_same(actual, expected, atol=1e-3, rtol=1e-3)
+    assert _slices(sources[0]) == 1, sources[0]
+
+
+def test_a_cat_output_of_slices_is_its_own_tensor(device):
+    """The cat is an output: its memory is allocated or reused at its exact layout (never a
+    reinterpreted dead buffer), and the output matches eager's strides."""
+    def f(x, y):
+        t = torch.exp(x.t().contiguous() * 2)       # dies before the cat is allocated
+        z = torch.sigmoid(t).sum(0)
+        return torch.cat([torch.sin(y), torch.cos(y)], dim=1), z
+
+    sources = check(f, rand(24, 32, device=device), rand(32, 12, device=device))
+    assert _slices(sources[0]) == 1, sources[0]

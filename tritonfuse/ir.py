@@ -10,7 +10,7 @@ a buffer) or a view of another value. A computation is ``Pointwise`` or ``Reduct
               ─► ReinterpretView(buffer, layout)               (strided view, no data moved)
               ─► GenericView(value, size, reindex)             (any index remapping)
 
-A ``cat`` whose inputs are costly to compute and that no pointwise op reads computes each
+A ``cat`` of costly inputs that only a matmul, a fallback or the output reads computes each
 input into its slice of the cat's memory (``ConcatSlice``, one buffer per input).
 
 ``Scan`` is a computation over rows like a reduction that stores every prefix. A

@@ -68,8 +68,8 @@ def prologue_operand(template_node, producer, readers, output_names, dtype_of) -
         return "config.gemm_prologue_fusion is off"
     if producer.is_template or producer.is_reduction() or producer.is_scan():
         return "not pointwise"
-    if producer.mutated_name is not None or producer.written_input is not None:
-        return "writes into another buffer"
+    if producer.mutated_name is not None or producer.written_input is not None or producer.is_concat_slice:
+        return "writes into another buffer (a scatter, an input, a cat's slice)"
     if producer.device != template_node.device:
         return "another device"
     if producer.name in output_names or readers != {template_node.name}:

@@ -89,6 +89,7 @@ def plan_memory(graph, scheduler) -> MemoryPlan:
     donated = donated_inputs(graph) - scheduler.output_names
     keep = scheduler.output_names | (inputs - donated) | set(graph.constants)
     shared, bound = _shared_memory(scheduler)
+    output_memory = _output_memory(scheduler)
     plan = MemoryPlan()
     plan.written_inputs = written_inputs(scheduler)
     pinned = keep | shared | set(plan.written_inputs)   # (a graph input's memory, under another name)
@@ -123,7 +124,7 @@ def plan_memory(graph, scheduler) -> MemoryPlan:
                 plan.takes[buffer.name] = (IN_PLACE, source)
                 taken_here.add(source)
                 continue
-            source = _reusable(graph, buffer, pool, exact_only=buffer.name in scheduler.output_names)
+            source = _reusable(graph, buffer, pool, exact_only=buffer.name in output_memory)
             if source is not None:
                 plan.takes[buffer.name] = (REUSE, source)
                 pool.remove(source)
@@ -249,6 +250,18 @@ def _shared_memory(scheduler):
                     shared |= {write.name, node.name}
                     bound.add(node.name)
     return shared, bound
+
+
+def _output_memory(scheduler) -> set:
+    """The graph's outputs and the buffers whose memory one of them is bound to (the first
+    slice of a cat that is an output, a scatter's target): never a reinterpreted tensor."""
+    names = set(scheduler.output_names)
+    nodes = [node for group in scheduler.groups if not isinstance(group, FallbackNode) for node in group.nodes]
+    for node in sorted(nodes, key=lambda n: n.position, reverse=True):   # a target comes before its writer
+        target = memory_target(node.buffer)
+        if target is not None and node.name in names:
+            names.add(target.name)
+    return names
 
 
 def _may_alias_or_mutate(op) -> bool:
