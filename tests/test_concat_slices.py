@@ -252,3 +252,16 @@ def test_a_cat_output_of_slices_is_its_own_tensor(device):
 
     sources = check(f, rand(24, 32, device=device), rand(32, 12, device=device))
     assert _slices(sources[0]) == 1, sources[0]
+
+
+@pytest.mark.parametrize("pieces", ["split", "unbind"])
+def test_a_cat_split_into_pointwise_readers_stays_pointwise(device, pieces):
+    """Views of the cat (a split's or an unbind's pieces) pass its readers on: a pointwise
+    reader behind them keeps the cat pointwise."""
+    def f(x, y):
+        c = torch.cat([torch.sin(x), torch.exp(y)], dim=1)
+        a, b = c.split([5, 19], dim=1) if pieces == "split" else c.t().unbind(0)[:2]
+        return a * 2, b + 1
+
+    sources = check(f, rand(8, 12, device=device), rand(8, 12, device=device))
+    assert _slices(sources[0]) == 0, sources[0]

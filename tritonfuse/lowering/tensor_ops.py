@@ -1,5 +1,7 @@
 """Lowerings that create, copy or combine tensors: full/arange/iota, clone and casts, cat,
 constant_pad_nd. (Indirect loads and writes: indexing.py.)"""
+import operator
+
 import sympy
 import torch
 
@@ -251,9 +253,9 @@ def _read_by_a_kernel(node) -> bool:
         target = user.target
         schema = getattr(target, "_schema", None)
         packet = getattr(target, "overloadpacket", None)
-        if packet in _VIEW_LIKE or (schema is not None and any(
+        if target is operator.getitem or packet in _VIEW_LIKE or (schema is not None and any(
                 r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)):
-            todo.extend(user.users)   # a view: its readers read the cat
+            todo.extend(user.users)   # a view (or one of a split's): its readers read the cat
         elif target in lowerings and packet not in _MEMORY_READERS:
             return True
     return False
