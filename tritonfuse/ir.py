@@ -286,19 +286,18 @@ def memory_target(buffer: Buffer) -> Optional[Buffer]:
     return None
 
 
-def concat_into_slices(inputs, loaders, dim: int, layout: Layout, origins: tuple) -> "TensorBox":
-    """The cat of ``inputs`` (read through ``loaders``, which cast to the cat's dtype) along
-    ``dim`` in ``layout``: each input computed (or copied) into its slice, ``ConcatSlice``
-    by ``ConcatSlice``."""
+def concat_into_slices(inputs, loaders, starts, dim: int, layout: Layout, origins: tuple) -> "TensorBox":
+    """The cat of ``inputs`` (read through ``loaders``, which cast to the cat's dtype; each
+    starting at its entry of ``starts`` along ``dim``) in ``layout``: each input computed
+    (or copied) into its slice, ``ConcatSlice`` by ``ConcatSlice``."""
     from .graph import current_graph
     graph = current_graph()
-    start, previous = sympy.Integer(0), None
-    for value, loader in zip(inputs, loaders):
-        size = list(value.get_size())
-        data = Pointwise(layout.device, layout.dtype, loader, size, origins=origins_of([value]) + origins)
-        piece = ConcatSlice(name=None, layout=layout, data=data, dim=dim, start=start, previous=previous)
-        graph.register_buffer(piece)
-        start, previous = start + size[dim], piece
+    previous = None
+    for value, loader, start in zip(inputs, loaders, starts):
+        data = Pointwise(layout.device, layout.dtype, loader, list(value.get_size()),
+                         origins=origins_of([value]) + origins)
+        previous = ConcatSlice(name=None, layout=layout, data=data, dim=dim, start=start, previous=previous)
+        graph.register_buffer(previous)
     return TensorBox(StorageBox(previous))
 
 

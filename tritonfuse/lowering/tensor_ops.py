@@ -6,7 +6,7 @@ import sympy
 import torch
 
 from .. import sym
-from ..ir import Layout, Pointwise, TensorBox, concat_into_slices, is_non_overlapping
+from ..ir import Layout, Pointwise, TensorBox, concat_into_slices
 from ..virtualized import ops
 from .registry import SUPPORTED_DTYPES, Unsupported, aten, broadcast_tensors, make_loader, register_lowering
 
@@ -175,8 +175,8 @@ def cat(tensors, dim=0):
         start = start + t.get_size()[dim]
     loaders = [make_loader(t, dtype) for t in tensors]
     size = sym.sizes_of(meta.shape)
-    if _into_slices(tensors):
-        return concat_into_slices(tensors, loaders, dim, _dense_layout_of(meta), ("cat",))
+    if _into_slices(tensors, loaders):
+        return concat_into_slices(tensors, loaders, offsets, dim, _dense_layout_of(meta), ("cat",))
 
     def inner_fn(index):
         result = None
@@ -197,7 +197,7 @@ def cat(tensors, dim=0):
     return TensorBox.create(Pointwise(meta.device, dtype, inner_fn, size, origins=("cat",)))
 
 
-def _into_slices(tensors) -> bool:
+def _into_slices(tensors, loaders) -> bool:
     """Whether to compute each input of a cat into its slice of the cat's memory rather
     than as one pointwise node. The pointwise node computes, at every element, every
     input's value and keeps one (the masked branches run all the same): right when the
@@ -212,9 +212,9 @@ def _into_slices(tensors) -> bool:
     from ..graph import count_ops, current_graph
     if not config.cat_slices or _read_by_a_kernel(current_graph().current_node):
         return False
-    # what reading one element of each input costs (through its views)
-    costs = [count_ops(Pointwise(t.get_device(), t.get_dtype(), t.make_loader(), list(t.get_size())))
-             for t in tensors]
+    # what reading one element of each input costs (through its views and cast)
+    costs = [count_ops(Pointwise(t.get_device(), t.get_dtype(), load, list(t.get_size())))
+             for t, load in zip(tensors, loaders)]
     if any(expensive for _, expensive in costs):
         return True
     # inputs of several loads each: slices where they share one kernel (equal sizes), so
@@ -233,10 +233,10 @@ _VIEW_LIKE = (aten._unsafe_view, aten.reshape, aten.view)
 def _dense_layout_of(meta) -> Layout:
     """Eager's layout of ``meta`` where it is dense (a channels_last cat stays so), else
     contiguous."""
+    from ..graph import _is_dense
     size, stride = sym.sizes_of(meta.shape), sym.sizes_of(meta.stride())
-    layout = Layout(meta.device, meta.dtype, size, stride)
-    if is_non_overlapping(size, stride) and sym.same_size(layout.storage_size(), layout.numel()):
-        return layout
+    if _is_dense(size, stride):
+        return Layout(meta.device, meta.dtype, size, stride)
     return Layout.contiguous(meta.device, meta.dtype, size)
 
 
