@@ -7,6 +7,7 @@ per entry this machine has.
 """
 import os
 import sys
+import zlib
 
 import pytest
 import torch
@@ -49,8 +50,10 @@ def device(request, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_state(tmp_path_factory, monkeypatch):
-    """Each test starts with fresh dynamo caches and metrics, and its own graph cache."""
+def _fresh_state(request, tmp_path_factory, monkeypatch):
+    """Each test starts with fresh dynamo caches and metrics, its own graph cache, and a
+    random seed of its own: a failure reproduces, whatever ran before it or beside it."""
+    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
     base = tmp_path_factory.getbasetemp()
     monkeypatch.setattr(config, "cache_dir", str(base / "tritonfuse_cache"))
     monkeypatch.setattr(config, "autotune_cache_dir", str(base / "autotune_cache"))

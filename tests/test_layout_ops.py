@@ -29,7 +29,11 @@ def _check_against_eager(compiled, fn, x):
     actual = loss_and_grad(compiled)
     assert tritonfuse.metrics.eager_graphs == 0
     for a, e in zip(actual, expected):
-        torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-5)
+        # a backward sums several mixed-sign products into one element (a padded border's
+        # gradient, a roll's wrap), so fp32 loses digits to cancellation: its error bound is
+        # eps * sum(|terms|), which scales with the largest value rather than each element's
+        scale = e.abs().max().item() if e.numel() else 0.0
+        torch.testing.assert_close(a, e, atol=1e-5 + 1e-6 * scale, rtol=1e-5)
 
 
 def check_with_grad(fn, x):
