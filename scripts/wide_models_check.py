@@ -267,6 +267,19 @@ def float64_reference(model, batch: dict, train: bool):
     return run(model64, batch64, train)
 
 
+def reference_and_eager(model, batch: dict, train: bool):
+    """(the reference's output and gradients, eager float32's, what the reference is): the
+    model in float64, or eager float32 itself where the model's own code fails in float64
+    (an op without a double kernel, as MoE's grouped_mm on the CPU; a float32 constant of
+    float64's range, as XGLM's mask)."""
+    try:
+        reference, label = float64_reference(model, batch, train), "float64"
+    except Exception as error:  # the model's code, not the compiler: eager float32 stands in
+        reference, label = None, f"eager float32 (float64 raised {type(error).__name__}: {str(error)[:120]})"
+    eager = run(model, batch, train)
+    return reference or eager, eager, label
+
+
 def check(family: str, train: bool, device, tolerance: float) -> dict:
     import tritonfuse
     model, inputs = build(family, device)
@@ -274,16 +287,7 @@ def check(family: str, train: bool, device, tolerance: float) -> dict:
         return dict(status="skipped", reason="this transformers has no " + FAMILIES[family][0])
     model.train(train)
     batch = make_batch(inputs, device)
-    try:
-        ref, ref_grads = float64_reference(model, batch, train)
-        reference = "float64"
-    except Exception as error:  # the model's own code fails in float64 (an op without a
-        # double kernel, a float32 constant of float64's range): eager float32 is the reference
-        ref = None
-        reference = f"eager float32 (float64 raised {type(error).__name__}: {str(error)[:120]})"
-    eager, eager_grads = run(model, batch, train)
-    if ref is None:
-        ref, ref_grads = eager, eager_grads
+    (ref, ref_grads), (eager, eager_grads), reference = reference_and_eager(model, batch, train)
     tritonfuse.metrics.reset()
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()

@@ -558,3 +558,35 @@ def test_models_suite_lists_a_model_whose_together_job_ran_out_of_time():
             {"model": "b", "cells": {"tritonfuse": ok}, "together": {"status": "skipped", "out_of_time": True}},
             {"model": "c", "cells": {"tritonfuse": ok}}]
     assert _unfinished_models(rows) == ["b"]
+
+
+def test_wide_check_reference_falls_back_to_eager_float32_where_float64_fails():
+    """scripts/wide_models_check.py measures each compiled model against the model in
+    float64; a model whose own code cannot run in float64 (MoE's grouped_mm on the CPU)
+    is measured against eager float32 instead, and says so."""
+    from types import SimpleNamespace
+    from scripts import wide_models_check as wide
+
+    class Tiny(torch.nn.Module):
+        def __init__(self, float64_works):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 3)
+            self.float64_works = float64_works
+
+        def forward(self, x, labels):
+            if x.dtype == torch.float64 and not self.float64_works:
+                raise RuntimeError("no double kernel")
+            logits = self.linear(x)
+            return SimpleNamespace(logits=logits, loss=torch.nn.functional.cross_entropy(logits, labels))
+
+    batch = dict(x=torch.randn(5, 4), labels=torch.tensor([0, 1, 2, 0, 1]))
+    for works in (True, False):
+        model = Tiny(works)
+        (ref, ref_grads), (eager, eager_grads), label = wide.reference_and_eager(model, batch, train=True)
+        assert set(ref_grads) == set(eager_grads) == {"linear.weight", "linear.bias"}
+        if works:
+            assert label == "float64" and ref.dtype == torch.float64
+            torch.testing.assert_close(ref.float(), eager, rtol=1e-5, atol=1e-6)
+        else:
+            assert label.startswith("eager float32 (float64 raised RuntimeError: no double kernel")
+            assert ref is eager and all(ref_grads[n] is eager_grads[n] for n in ref_grads)
