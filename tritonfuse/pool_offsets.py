@@ -59,9 +59,17 @@ def max_pool2d_with_offsets(x, kernel_size, stride=(), padding=0, dilation=1, ce
         for col in range(kernel[1]):
             position = (row_base + row * dilations[0]) * width + col_base + col * dilations[1]
             offsets = torch.where(indices == position, row * kernel[1] + col, offsets)
+    # the window row of each offset by comparisons rather than a division: offsets lie in
+    # [0, kernel[0] * kernel[1]), and an integer division (floor semantics: a sign fix-up,
+    # then the remainder's) in 64-bit lanes made the C++ backward of a 3x3 pool spend most
+    # of its time decoding them
     wide = offsets.to(torch.int64)
-    restored = (row_base + torch.div(wide, kernel[1], rounding_mode="floor") * dilations[0]) * width \
-        + col_base + torch.remainder(wide, kernel[1]) * dilations[1]
+    window_row = torch.zeros_like(wide)
+    for row in range(1, kernel[0]):
+        below = (wide >= row * kernel[1]).to(torch.int64)
+        window_row = below if row == 1 else window_row + below
+    window_col = wide - window_row * kernel[1]
+    restored = (row_base + window_row * dilations[0]) * width + col_base + window_col * dilations[1]
     return values, restored
 
 
