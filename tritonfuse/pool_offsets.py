@@ -64,10 +64,10 @@ def max_pool2d_with_offsets(x, kernel_size, stride=(), padding=0, dilation=1, ce
     # then the remainder's) in 64-bit lanes made the C++ backward of a 3x3 pool spend most
     # of its time decoding them
     wide = offsets.to(torch.int64)
-    window_row = torch.zeros_like(wide)
-    for row in range(1, kernel[0]):
-        below = (wide >= row * kernel[1]).to(torch.int64)
-        window_row = below if row == 1 else window_row + below
+    window_row = torch.zeros_like(wide) if kernel[0] == 1 else None
+    for row in range(1, kernel[0]):   # 1 for each window row at or before the offset's
+        reached = (wide >= row * kernel[1]).to(torch.int64)
+        window_row = reached if window_row is None else window_row + reached
     window_col = wide - window_row * kernel[1]
     restored = (row_base + window_row * dilations[0]) * width + col_base + window_col * dilations[1]
     return values, restored
