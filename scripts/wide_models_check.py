@@ -277,7 +277,7 @@ def reference_and_eager(model, batch: dict, train: bool):
     except Exception as error:  # the model's code, not the compiler: eager float32 stands in
         reference, label = None, f"eager float32 (float64 raised {type(error).__name__}: {str(error)[:120]})"
     eager = run(model, batch, train)
-    return reference or eager, eager, label
+    return (eager if reference is None else reference), eager, label
 
 
 def check(family: str, train: bool, device, tolerance: float) -> dict:

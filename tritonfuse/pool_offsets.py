@@ -65,7 +65,7 @@ def max_pool2d_with_offsets(x, kernel_size, stride=(), padding=0, dilation=1, ce
     # of its time decoding them
     wide = offsets.to(torch.int64)
     window_row = torch.zeros_like(wide) if kernel[0] == 1 else None
-    for row in range(1, kernel[0]):   # 1 for each window row at or before the offset's
+    for row in range(1, kernel[0]):   # +1 for each row past the first that the offset reaches
         reached = (wide >= row * kernel[1]).to(torch.int64)
         window_row = reached if window_row is None else window_row + reached
     window_col = wide - window_row * kernel[1]
