@@ -37,6 +37,11 @@ VIEWS = [
     ((9, 131), lambda b: b.t()),                        # fewer columns than a block
     ((90, 80), lambda b: b.t()[5:67, 3:70]),            # a sliced transposed view
     ((2, 35, 24), lambda b: b.transpose(1, 2)),         # a batch dim outside the tiles
+    # rows short of a block (masked loads on AVX-512): a 3x3 conv weight made channels-last
+    # (9 rows by the input channels), and 2 and 15 rows, with and without a column rest
+    ((4, 35, 9), lambda b: b.transpose(1, 2)),
+    ((3, 32, 2), lambda b: b.transpose(1, 2)),
+    ((2, 48, 15), lambda b: b.transpose(1, 2)),
 ]
 
 
