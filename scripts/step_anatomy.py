@@ -127,6 +127,7 @@ def sync_check(fn, steps: int = 2) -> None:
             stacks["".join(stack[-8:])] += 1
 
     torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         warnings.showwarning = record
@@ -137,7 +138,12 @@ def sync_check(fn, steps: int = 2) -> None:
         finally:
             torch.cuda.set_sync_debug_mode(0)
     torch.cuda.synchronize()
-    print(f"   synchronizations in {steps} steps: {sum(stacks.values())}")
+    after = torch.cuda.memory_stats()
+    # cudaMalloc/cudaFree inside a step also synchronize, unseen by the sync debug mode
+    allocator = {key: after.get(key, 0) - before.get(key, 0)
+                 for key in ("num_device_alloc", "num_device_free", "num_alloc_retries", "num_sync_all_streams")}
+    print(f"   synchronizations in {steps} steps: {sum(stacks.values())}; allocator calls: "
+          + ", ".join(f"{key} {value}" for key, value in allocator.items()))
     for stack, count in stacks.most_common():
         print(f"   --- {count}x at:\n{stack}")
 
