@@ -42,6 +42,9 @@ VIEWS = [
     ((4, 35, 9), lambda b: b.transpose(1, 2)),
     ((3, 32, 2), lambda b: b.transpose(1, 2)),
     ((2, 48, 15), lambda b: b.transpose(1, 2)),
+    ((4, 9, 35), lambda b: b.transpose(1, 2)),          # columns short of a block: 9, 3 and 2
+    ((3, 3, 49), lambda b: b.transpose(1, 2)),
+    ((2, 2, 37), lambda b: b.transpose(1, 2)),
 ]
 
 

@@ -299,10 +299,11 @@ TF_INLINE void store8(uint16_t* p, __m256 v, HalfBits) {
 #else
 constexpr int kTransposeBlock = 16;
 #endif
-// The fewest rows short of a block that transpose_short_rows takes; one row goes element by
-// element. A (128, 128, N) weight's copy to (128, N, 128), AVX-512, one thread: N = 1 27 us
-// element by element, 30 us masked; N = 2 37 / 33; N = 4 56 / 35; N = 9 105 / 57.
-constexpr int kShortRowsMin = 2;
+// The narrowest edge (rows or columns short of a block) that transpose_edges takes in masked
+// blocks; one row or column goes element by element. A (128, 128, N) weight's copy to
+// (128, N, 128), AVX-512, one thread: N = 1 27 us element by element, 30 us masked; N = 2
+// 37 / 33; N = 4 56 / 35; N = 9 105 / 57.
+constexpr int kShortEdgeMin = 2;
 
 // The blocks of a transposing copy (see transpose_to_tile), kTransposeBlock square, in
 // registers; Bits tells how the source's elements become the tile's.
@@ -353,25 +354,46 @@ TF_INLINE void load16_as_float_masked(v16f& out, const uint16_t* p, __mmask16 ma
 }
 #endif
 
-// The rows past the last whole block, fewer than 16 (rows - r0 of them), over the whole
-// blocks of columns: each column's short run loaded masked, transposed in registers as a
-// whole block, its valid rows stored. A convolution weight made channels-last transposes
-// 9 rows (a 3x3 window) by the input channels per output channel: all of it took
-// transpose_rest's element-by-element copy before.
+// One block of a transposing copy past the whole blocks: nr (<= 16) rows from r0 by nc
+// (<= 16) columns from c0. Each column's run of rows is loaded masked (the columns past nc
+// are zeros), the block transposed in registers, and each valid row stored masked.
 template <int TILE_COLS, typename Bits, typename S, typename T>
-TF_INLINE void transpose_short_rows(const S* src, int64_t col_stride, T* tile, int64_t r0, int64_t rows,
-                                    int64_t done_cols) {
-    const int n = int(rows - r0);
-    const __mmask16 mask = (__mmask16)((1u << n) - 1u);
-    for (int64_t c0 = 0; c0 < done_cols; c0 += 16) {
-        v16f block[16];
-        for (int c = 0; c < 16; ++c) load16_as_float_masked(block[c], src + r0 + (c0 + c) * col_stride, mask, Bits{});
-        transpose_stage<8>(block);
-        transpose_stage<4>(block);
-        transpose_stage<2>(block);
-        transpose_stage<1>(block);
-        for (int r = 0; r < n; ++r)
-            *reinterpret_cast<v16f_unaligned*>(tile + (r0 + r) * TILE_COLS + c0) = block[r];
+TF_INLINE void transpose_block_masked(const S* src, int64_t col_stride, T* tile, int64_t r0, int nr, int64_t c0,
+                                      int nc) {
+    const __mmask16 rows_mask = (__mmask16)((1u << nr) - 1u), cols_mask = (__mmask16)((1u << nc) - 1u);
+    v16f block[16];
+    for (int c = 0; c < 16; ++c) {
+        if (c < nc) load16_as_float_masked(block[c], src + r0 + (c0 + c) * col_stride, rows_mask, Bits{});
+        else block[c] = v16f{};
+    }
+    transpose_stage<8>(block);
+    transpose_stage<4>(block);
+    transpose_stage<2>(block);
+    transpose_stage<1>(block);
+    for (int r = 0; r < nr; ++r)
+        _mm512_mask_storeu_ps(reinterpret_cast<float*>(tile + (r0 + r) * TILE_COLS + c0), cols_mask, (__m512)block[r]);
+}
+
+// The edges past the whole blocks, in masked blocks where they are at least kShortEdgeMin
+// wide: the rows short of a block under the whole blocks of columns, and the columns short
+// of a block over every row. done_rows / done_cols grow to what transpose_rest may skip.
+// A convolution weight made channels-last transposes 9 rows (a 3x3 window) by the input
+// channels per output channel, and its gradient made contiguous again 9 columns by them:
+// both took transpose_rest's element-by-element copy before.
+template <int TILE_COLS, typename Bits, typename S, typename T>
+TF_INLINE void transpose_edges(const S* src, int64_t col_stride, T* tile, int64_t rows, int64_t cols,
+                               int64_t& done_rows, int64_t& done_cols) {
+    const int short_rows = int(rows - done_rows), short_cols = int(cols - done_cols);
+    if (short_rows >= kShortEdgeMin) {
+        for (int64_t c0 = 0; c0 < done_cols; c0 += 16)
+            transpose_block_masked<TILE_COLS, Bits>(src, col_stride, tile, done_rows, short_rows, c0, 16);
+        done_rows = rows;
+    }
+    if (short_cols >= kShortEdgeMin) {
+        for (int64_t r0 = 0; r0 < rows; r0 += 16)
+            transpose_block_masked<TILE_COLS, Bits>(src, col_stride, tile, r0, int(std::min<int64_t>(16, rows - r0)),
+                                                    done_cols, short_cols);
+        done_cols = cols;
     }
 }
 #endif
@@ -458,10 +480,7 @@ TF_INLINE void transpose_to_tile(const T* src, int64_t col_stride, T* tile, int6
         done_cols = cols - cols % detail::kTransposeBlock;
         detail::transpose_blocks<TILE_COLS, detail::FloatBits>(src, col_stride, tile, done_rows, done_cols);
 #if defined(__AVX512F__)
-        if (rows - done_rows >= detail::kShortRowsMin && done_cols > 0) {
-            detail::transpose_short_rows<TILE_COLS, detail::FloatBits>(src, col_stride, tile, done_rows, rows, done_cols);
-            done_rows = rows;
-        }
+        detail::transpose_edges<TILE_COLS, detail::FloatBits>(src, col_stride, tile, rows, cols, done_rows, done_cols);
 #endif
     }
     detail::transpose_rest(src, col_stride, tile, TILE_COLS, rows, cols, done_rows, done_cols,
@@ -472,14 +491,10 @@ namespace detail {
 template <int TILE_COLS, typename Bits, typename ToFloat>
 TF_INLINE void transpose_16bit_to_tile(const uint16_t* src, int64_t col_stride, float* tile, int64_t rows,
                                        int64_t cols, ToFloat to_float) {
-    int64_t done_rows = rows - rows % kTransposeBlock;
-    const int64_t done_cols = cols - cols % kTransposeBlock;
+    int64_t done_rows = rows - rows % kTransposeBlock, done_cols = cols - cols % kTransposeBlock;
     transpose_blocks<TILE_COLS, Bits>(src, col_stride, tile, done_rows, done_cols);
 #if defined(__AVX512BW__)
-    if (rows - done_rows >= kShortRowsMin && done_cols > 0) {
-        transpose_short_rows<TILE_COLS, Bits>(src, col_stride, tile, done_rows, rows, done_cols);
-        done_rows = rows;
-    }
+    transpose_edges<TILE_COLS, Bits>(src, col_stride, tile, rows, cols, done_rows, done_cols);
 #endif
     transpose_rest(src, col_stride, tile, TILE_COLS, rows, cols, done_rows, done_cols, to_float);
 }
