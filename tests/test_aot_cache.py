@@ -197,6 +197,12 @@ def test_key_tells_apart_what_changes_aot_autograds_result():
         assert key != _key(f, x, y)                        # grad mode
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert key != _key(f, x, y)                        # autocast
+    threads = torch.get_num_threads()
+    try:   # C++ kernels are generated for a thread count: an entry must not cross counts
+        torch.set_num_threads(threads + 1)
+        assert key != _key(f, x, y)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_graphs_with_state_or_symbols_are_not_kept():

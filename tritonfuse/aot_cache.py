@@ -154,6 +154,10 @@ def _global_state(device_types) -> dict:
         "opt_einsum": (torch.backends.opt_einsum.enabled, torch.backends.opt_einsum.strategy),
         "autocast": {device: (torch.is_autocast_enabled(device), str(torch.get_autocast_dtype(device)))
                      for device in sorted(device_types | {"cpu"})},
+        # not aot_autograd's, but the graph key an entry names holds it: C++ kernels are
+        # generated for the thread count of the moment, and an entry written under another
+        # would load that count's kernels (one thread's in a two-thread process: 2x slower)
+        "cpu_threads": torch.get_num_threads(),
     }
     if "cuda" in device_types:
         matmul = torch.backends.cuda.matmul
