@@ -27,6 +27,12 @@ Per step and backend, one worker process with empty caches (scripts/bench_runner
   second pass  every length again, timed (CUDA events / perf_counter loops): the steady
                step time per length and its geomean over the lengths
 
+With --together, one more worker per step compiles every backend in one process, runs the
+first pass for each, then times every length with eager and the backends interleaved
+(scripts/bench_common.py sample_interleaved): the per-length ratios of steps that are
+host-bound on a GPU then compare the backends under the same host, which separate
+processes (minutes apart, on a shared host) do not.
+
 Eager runs in a worker of its own as the baseline. "compile s" is the first pass less
 the steady step time of each length: the time spent compiling (and autotuning). The
 counters: Dynamo graphs (every graph handed to the backend), recompiles, and tritonfuse's
@@ -50,8 +56,8 @@ if str(_REPO) not in sys.path:
 
 from scripts.bench_common import (dynamo_counts, load_average,  # noqa: E402
                                   pyplot, save_figure, NO_MATPLOTLIB,
-                                  base_backend, host_and_device_ms, resolve_backend, synchronize, time_samples,
-                                  tritonfuse_metrics,
+                                  base_backend, host_and_device_ms, resolve_backend, sample_interleaved,
+                                  synchronize, time_samples, tritonfuse_metrics,
                                   warn_if_busy, write_report)
 
 import torch  # noqa: E402
@@ -75,6 +81,8 @@ DEVICE_SAMPLES = 5
 TIME_LIMIT_S = {"cuda": 330, "cpu": 0}
 # --dynamic: what torch.compile's dynamic= gets.
 DYNAMIC = {"true": True, "auto": None}
+# The backend name of --together's worker (every backend in one process).
+TOGETHER = "together"
 # tritonfuse counters recorded after each length of the first pass.
 COUNTERS = ("symbolic_graphs", "static_specializations", "eager_graphs", "cpp_builds",
             "generated_kernel_count")
@@ -90,11 +98,16 @@ def _prepare(params: dict) -> None:
         torch.set_num_threads(params["threads"])
     if model_zoo.text_model(params["model"]).hf:
         import transformers  # noqa: F401  (imported before the go: not part of any timing)
-    if params["backend"] != "eager":
+    if params["backend"] == TOGETHER:
+        for backend in params["backends"]:
+            import_backend(backend)
+    elif params["backend"] != "eager":
         params["backend_import_s"] = import_backend(params["backend"])
 
 
 def _work(params: dict, emit) -> None:
+    if params["backend"] == TOGETHER:
+        return _work_together(params, emit)
     device, dtype = torch.device(params["device"]), getattr(torch, params["dtype"])
     backend, mode, train = params["backend"], params["mode"], params["mode"] == "train"
     spec = model_zoo.text_model(params["model"])
@@ -150,6 +163,39 @@ def _work(params: dict, emit) -> None:
     emit("dynamo_after_second_pass", dynamo_counts())
 
 
+def _work_together(params: dict, emit) -> None:
+    """Every backend compiled in this one process over the lengths (its first pass), then
+    each length timed with eager and every backend interleaved. Results were checked by
+    the backends' own workers; this one only times."""
+    device, dtype = torch.device(params["device"]), getattr(torch, params["dtype"])
+    mode, train = params["mode"], params["mode"] == "train"
+    spec = model_zoo.text_model(params["model"])
+    step, _ = model_zoo.make_step(spec, mode, device, dtype)
+    batches = {n: model_zoo.make_batch(spec, mode, device, dtype, batch=params["batch"], length=n, seed=n)
+               for n in params["lengths"]}
+    calls = {"eager": step}
+    first_pass = {}
+    with torch.no_grad() if not train else torch.enable_grad():
+        for backend in params["backends"]:
+            calls[backend] = torch.compile(step, backend=resolve_backend(backend),
+                                           dynamic=DYNAMIC[params["dynamic"]])
+            first_pass[backend] = []
+            for n, batch in batches.items():
+                synchronize(device)
+                t0 = time.perf_counter()
+                run_step(step, calls[backend], batch, train)
+                synchronize(device)
+                first_pass[backend].append({"length": n, "first_call_s": time.perf_counter() - t0})
+            emit("first_pass", first_pass)
+        per_length = []
+        for n, batch in batches.items():
+            fns = {name: step_callable(step, call, batch, train) for name, call in calls.items()}
+            samples, errors = sample_interleaved(fns, params["repeat"], device)
+            per_length.append({"length": n, "ms": {name: statistics.median(v) for name, v in samples.items() if v},
+                               "errors": {name: repr(exc)[:200] for name, exc in errors.items()}})
+            emit("interleaved", per_length)
+
+
 # ----------------------------------------------------------------------------------------
 # The chart
 # ----------------------------------------------------------------------------------------
@@ -164,6 +210,8 @@ def write_png(report: dict, path: Path) -> str:
     fig, axes = plt.subplots(len(modes), 2, squeeze=False, figsize=(12, 4.2 * len(modes)))
     for row, mode in zip(axes, modes):
         for backend, res in report["results"][mode].items():
+            if backend == TOGETHER:   # its own table in the markdown
+                continue
             first = res["values"].get("first_pass", [])
             steady = res["values"].get("second_pass", [])
             row[0].plot([e["length"] for e in first], [e["first_call_s"] for e in first],
@@ -202,6 +250,9 @@ def parse_args(argv):
                    help="comma-separated sequence lengths (default cuda 128..704 step 64, "
                         "cpu 16..88 step 8; --quick: every other one)")
     p.add_argument("--batch", type=int, default=BATCH)
+    p.add_argument("--together", action="store_true",
+                   help="one more worker per step: every backend in one process, each length timed "
+                        "interleaved (the same host for all: see the suite's text)")
     return p.parse_args(argv)
 
 
@@ -243,6 +294,12 @@ def main(argv: list[str] | None = None) -> int:
                       "lengths": lengths, "dynamic": args.dynamic, **run.params()}
             jobs.append(Job(name, "scripts.bench_dynamic", params,
                             run.cache_root / "caches" / name.replace("/", "_"), run.timeout_s))
+        if args.together:
+            name = f"{mode}/{TOGETHER}"
+            params = {"model": spec.name, "mode": mode, "backend": TOGETHER, "backends": run.backends,
+                      "batch": args.batch, "lengths": lengths, "dynamic": args.dynamic, **run.params()}
+            jobs.append(Job(name, "scripts.bench_dynamic", params,
+                            run.cache_root / "caches" / name.replace("/", "_"), run.timeout_s))
     print(f"dynamic suite: {spec.name}, {modes} x {backends}, dynamic={args.dynamic}, batch "
           f"{args.batch}, lengths {lengths} on {kind} ({run.info['device_name']}), "
           f"{run.limits_text()}", flush=True)
@@ -250,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {mode: {} for mode in modes}
     for i, (job, result) in enumerate(run.run(jobs), 1):
         first = result.values.get("first_pass", [])
+        if job.params["backend"] == TOGETHER:
+            first = [e for per_backend in first.values() for e in per_backend] if first else []
         results[job.params["mode"]][job.params["backend"]] = {
             "status": result.status, "message": result.message, "wall_s": round(result.wall_s, 1),
             "values": result.values}

@@ -7,6 +7,7 @@ MODE_TITLES = {"infer": "Inference", "train": "Training step (forward, loss, bac
 COUNTER_COLUMNS = (("eager_graphs", "eager graphs"), ("symbolic_graphs", "symbolic graphs"),
                    ("static_specializations", "static specializations"),
                    ("cpp_builds", "C++ builds"))
+TOGETHER = "together"   # --together's worker (scripts/bench_dynamic.py): every backend in one process
 DYNAMIC_TEXT = {"true": "torch.compile(dynamic=True)",
                 "auto": "Dynamo's default dynamic= (static first, then a symbolic recompile)"}
 
@@ -37,6 +38,7 @@ def summarize(report: dict) -> dict:
     summary: dict = {}
     for mode, per_backend in report["results"].items():
         summary[mode] = {}
+        together = per_backend.pop(TOGETHER, None)
         eager = per_backend.get("eager")
         for backend, res in per_backend.items():
             first = res["values"].get("first_pass", [])
@@ -68,7 +70,26 @@ def summarize(report: dict) -> dict:
                 summary[mode]["tritonfuse"][name] = (
                     _ratio_over_lengths(_steady(per_backend["inductor"], key),
                                         _steady(per_backend["tritonfuse"], key)) if ok else None)
+        if together is not None:
+            per_backend[TOGETHER] = together
+            summary[mode][TOGETHER] = _summarize_together(together, report["lengths"])
     return summary
+
+
+def _summarize_together(res: dict, lengths: list[int]) -> dict:
+    """--together's worker: per length the interleaved medians of every backend, the
+    geomean over the lengths of tritonfuse vs inductor, and the lowest length's ratio."""
+    rows = res["values"].get("interleaved", [])
+    status = res["status"]
+    if status == "ok" and len(rows) < len(lengths):
+        status = "error"
+    ratios = {e["length"]: e["ms"]["inductor"] / e["ms"]["tritonfuse"] for e in rows
+              if e["ms"].get("inductor") and e["ms"].get("tritonfuse")}
+    first = res["values"].get("first_pass", {}) or {}
+    return {"status": status, "message": res["message"], "per_length": rows, "ratios": ratios,
+            "vs_inductor": geomean(list(ratios.values())),
+            "worst": min(ratios.items(), key=lambda kv: kv[1]) if ratios else None,
+            "first_pass_s": {b: sum(e["first_call_s"] for e in v) for b, v in first.items()}}
 
 
 def first_calls_text(seconds: list[float]) -> str:
@@ -100,9 +121,30 @@ def _check_text(notes: Notes, backend: str, mode: str, s: dict, lengths: list[in
                                     f"{len(lengths)} lengths: {s['message']}")
 
 
+def _together_table(report: dict, mode: str, notes: Notes) -> list[str]:
+    """--together's table: each length timed with every backend interleaved in one process."""
+    s = report["summary"][mode].get(TOGETHER)
+    if s is None:
+        return []
+    names = ["eager"] + [b for b in report["backends"] if b != "eager"]
+    status = "" if s["status"] == "ok" else f" ({s['status']} {notes.ref(s['message'] or s['status'])})"
+    worst = f"; lowest {fmt_ratio(s['worst'][1])} at {s['worst'][0]}" if s["worst"] else ""
+    lines = ["", f"Same process{status}: every backend compiled in one worker (first pass "
+             + ", ".join(f"{b} {fmt(v, 1)} s" for b, v in s["first_pass_s"].items())
+             + "), then each length's steps timed interleaved, so the host is the same for all; "
+             f"tritonfuse vs inductor over the lengths: {fmt_ratio(s['vs_inductor'])}{worst}.", ""]
+    rows = []
+    for e in s["per_length"]:
+        ratio = s["ratios"].get(e["length"])
+        rows.append([str(e["length"])] + [fmt(e["ms"].get(b)) for b in names]
+                    + [fmt_ratio(ratio) if ratio else "-"])
+    return lines + markdown_table(["length"] + [f"{b} ms" for b in names] + ["tritonfuse vs inductor"],
+                                  rows, align_right_from=1)
+
+
 def _mode_tables(report: dict, mode: str, notes: Notes) -> list[str]:
     per_backend, summary = report["results"][mode], report["summary"][mode]
-    backends = list(per_backend)
+    backends = [b for b in per_backend if b != TOGETHER]
     compiled = [b for b in backends if b != "eager"]
     lengths = report["lengths"]
     timed_alone = any(summary[b].get("device_geomean_ms") for b in backends)
@@ -170,7 +212,7 @@ def _mode_tables(report: dict, mode: str, notes: Notes) -> list[str]:
             row += [_count(c, k) for k in ("cpp_builds", "static_specializations", "eager_graphs")]
         rows.append(row)
     lines += markdown_table(header, rows, align_right_from=1)
-    return lines
+    return lines + _together_table(report, mode, notes)
 
 
 def render_markdown(report: dict) -> str:

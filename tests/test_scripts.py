@@ -357,6 +357,34 @@ def test_dynamic_suite_one_symbolic_compile_serves_every_length(tmp_path):
     assert "torch.compile(dynamic=True)" in md and "compile s" in md and "recompiles" in md
 
 
+def test_dynamic_suite_together_times_every_length_in_one_process(tmp_path):
+    lengths = [8, 13]
+    report, md, _ = _run_suite(tmp_path, "dynamic", 0, "--model", "nn-lm", "--modes", "infer",
+                               "--backends", "tritonfuse", "--batch", "2", "--together",
+                               "--lengths", ",".join(map(str, lengths)))
+    together = report["summary"]["infer"]["together"]
+    assert together["status"] == "ok", together
+    assert [e["length"] for e in together["per_length"]] == lengths
+    assert all(e["ms"]["eager"] > 0 and e["ms"]["tritonfuse"] > 0 and not e["errors"]
+               for e in together["per_length"])
+    assert together["first_pass_s"]["tritonfuse"] > 0
+    assert "together" not in report["summary"]["infer"]["tritonfuse"]   # its own entry, not a backend's
+    assert "Same process" in md and "| 13 " in md
+
+
+def test_dynamic_report_together_ratios():
+    from scripts.bench_dynamic_report import _summarize_together
+    rows = [{"length": 8, "ms": {"eager": 3.0, "inductor": 2.0, "tritonfuse": 1.0}, "errors": {}},
+            {"length": 16, "ms": {"eager": 3.0, "inductor": 2.0, "tritonfuse": 2.5}, "errors": {}}]
+    res = {"status": "ok", "message": "", "values": {"interleaved": rows, "first_pass": {
+        "inductor": [{"length": 8, "first_call_s": 4.0}, {"length": 16, "first_call_s": 1.0}]}}}
+    s = _summarize_together(res, [8, 16])
+    assert s["ratios"] == {8: 2.0, 16: 0.8} and s["worst"] == (16, 0.8)
+    assert abs(s["vs_inductor"] - (2.0 * 0.8) ** 0.5) < 1e-12
+    assert s["first_pass_s"] == {"inductor": 5.0}
+    assert _summarize_together(res, [8, 16, 24])["status"] == "error"   # a length missing
+
+
 # ----------------------------------------------------------------------------------------
 # bench.py --sweep (scripts/bench_sweep.py): the machinery on a tiny grid
 # ----------------------------------------------------------------------------------------
