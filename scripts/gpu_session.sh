@@ -7,6 +7,7 @@
 #   bash scripts/gpu_session.sh tests-b   # cuda column, second half
 #   bash scripts/gpu_session.sh models    # bench --suite models (eager, Inductor, tritonfuse)
 #   bash scripts/gpu_session.sh dynamic   # bench --suite dynamic, inference and training
+#   bash scripts/gpu_session.sh dynamic-together   # its training step, both backends timed in one process too
 #   bash scripts/gpu_session.sh gemm      # GEMM rows, default and max-autotune, and the GEMM tests
 #   bash scripts/gpu_session.sh perf      # autotune warm-up cold/warm, kernel bench, demo
 #   bash scripts/gpu_session.sh ddp       # GPT-2 under DDP and FSDP2 on 2 GPUs (eager, Inductor, tritonfuse)
@@ -46,6 +47,9 @@ models)
     timeout 570 python3 scripts/bench.py --suite models --device cuda --time-limit 540 --out "$OUT/models" 2>&1 | tail -30 ;;
 dynamic)
     timeout 570 python3 scripts/bench.py --suite dynamic --device cuda --time-limit 540 --out "$OUT/dynamic" 2>&1 | tail -30 ;;
+dynamic-together)   # issue 17's training step, Dynamo's default, each length timed with both backends in one process
+    timeout 570 python3 scripts/bench.py --suite dynamic --device cuda --dynamic auto --modes train --together \
+        --time-limit 540 --out "$OUT/dynamic_together" 2>&1 | tail -30 ;;
 gemm)
     TRITONFUSE_TEST_DEVICES=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE --tb=line \
         tests/test_gemm_template.py tests/test_cudagraphs.py tests/test_memory_planning.py > "$OUT/gemm_tests.txt" 2>&1
