@@ -343,11 +343,19 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppCascadeRows, CppRowBlocks, C
             # masked lanes may point outside the buffer (a cat's other piece): never touched
             return self._emit(f"tf::vload_masked<TAIL>({pointer} + {cexpr(index)}, {self._as_vec(mask)}, count)",
                               dtype, True)
-        idx = self._vector_index(index)
         mask_text = self._as_vec(mask) if mask is not None else "tf::Vec<bool>(true)"
+        if self._every_other_element(index, dtype):
+            return self._emit(f"tf::vload_stride2<TAIL>({pointer} + {cexpr(index)}, {mask_text}, count)", dtype, True)
+        idx = self._vector_index(index)
         if half:
             return self._emit(f"tf::vgather_{half}<TAIL>({pointer}, {idx}, {mask_text}, count)", dtype, True)
         return self._emit(f"tf::vgather_masked<TAIL>({pointer}, {idx}, {mask_text}, count)", dtype, True)
+
+    def _every_other_element(self, index, dtype) -> bool:
+        """A read whose lanes step by 2 elements of a 4-byte type (vload_stride2): the
+        index at the vector variable is lane 0's element, lane i's is 2 i further."""
+        return dtype.itemsize == 4 and dtype != torch.bool and _stride(index, self.vector_var) == 2 \
+            and not any(s.name in self.vector_indirect for s in index.free_symbols)
 
     def _is_transposed(self, index) -> bool:
         k = len(self.x_sizes) - 1

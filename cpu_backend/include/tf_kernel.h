@@ -83,6 +83,29 @@ TF_INLINE Vec<T> vgather_masked(const T* base, const Vec<int64_t>& idx, const Ve
     else return Vec<T>::gather(base, idx, mask);
 }
 
+// Lane i reads base[2 * i] where `mask` is true (0 elsewhere and past `count`): a read of
+// every other element (a stride-2 pooling window, x[..., ::2]). On AVX-512 two masked loads
+// and one deinterleave, touching only the elements the lanes read, instead of a gather's
+// element per cycle.
+template <bool TAIL, typename T>
+TF_INLINE Vec<T> vload_stride2(const T* base, const Vec<bool>& mask, int count) {
+    const Vec<bool> m = TAIL ? (mask & Vec<bool>::first_n(count)) : mask;
+#if TF_AVX512 && defined(__BMI2__)
+    if constexpr (sizeof(T) == 4) {
+        const uint32_t elements = _pdep_u32(m.bits(), 0x55555555u);   // lane i -> element 2i
+        const __m512i lo = _mm512_maskz_loadu_epi32((__mmask16)elements, base);
+        const __m512i hi = _mm512_maskz_loadu_epi32((__mmask16)(elements >> 16), base + 16);
+        const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+        Vec<T> o;
+        o.r[0] = (typename Vec<T>::reg_t)_mm512_permutex2var_epi32(lo, even, hi);
+        return o;
+    }
+#endif
+    T lanes[kVecLanes];
+    for (int i = 0; i < kVecLanes; ++i) lanes[i] = m[i] ? base[2 * i] : T(0);
+    return Vec<T>::load(lanes);
+}
+
 template <bool TAIL>
 TF_INLINE Vec<bool> vgather(const bool* base, const Vec<int64_t>& idx, int count) {
     Vec<bool> out(false);
