@@ -354,7 +354,7 @@ class CppKernel(CppLoopNest, CppOuterReductions, CppCascadeRows, CppRowBlocks, C
     def _every_other_element(self, index, dtype) -> bool:
         """A read whose lanes step by 2 elements of a 4-byte type (vload_stride2): the
         index at the vector variable is lane 0's element, lane i's is 2 i further."""
-        return dtype.itemsize == 4 and dtype != torch.bool and _stride(index, self.vector_var) == 2 \
+        return dtype.itemsize == 4 and _stride(index, self.vector_var) == 2 \
             and not any(s.name in self.vector_indirect for s in index.free_symbols)
 
     def _is_transposed(self, index) -> bool:

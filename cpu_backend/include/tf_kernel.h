@@ -101,9 +101,7 @@ TF_INLINE Vec<T> vload_stride2(const T* base, const Vec<bool>& mask, int count) 
         return o;
     }
 #endif
-    T lanes[kVecLanes];
-    for (int i = 0; i < kVecLanes; ++i) lanes[i] = m[i] ? base[2 * i] : T(0);
-    return Vec<T>::load(lanes);
+    return Vec<T>::gather(base, Vec<int64_t>::arange(0, 2), m);   // elsewhere a gather, as before
 }
 
 template <bool TAIL>
