@@ -65,7 +65,7 @@ import torch  # noqa: E402
 from scripts import model_zoo  # noqa: E402
 from scripts.bench_accuracy import (REFERENCE_DTYPE, compare_steps, exact_float32,  # noqa: E402
                                     run_step, step_callable)
-from scripts.bench_dynamic_report import render_markdown, summarize  # noqa: E402
+from scripts.bench_dynamic_report import TOGETHER, render_markdown, summarize  # noqa: E402
 from scripts.bench_runner import (Job, RunSettings, add_run_options,  # noqa: E402
                                   import_backend, worker_main)  # noqa: E402
 
@@ -81,8 +81,6 @@ DEVICE_SAMPLES = 5
 TIME_LIMIT_S = {"cuda": 330, "cpu": 0}
 # --dynamic: what torch.compile's dynamic= gets.
 DYNAMIC = {"true": True, "auto": None}
-# The backend name of --together's worker (every backend in one process).
-TOGETHER = "together"
 # tritonfuse counters recorded after each length of the first pass.
 COUNTERS = ("symbolic_graphs", "static_specializations", "eager_graphs", "cpp_builds",
             "generated_kernel_count")
@@ -125,11 +123,8 @@ def _work(params: dict, emit) -> None:
                                        length=n, seed=n) for n in params["lengths"]}
     first_pass = []
     for n, batch in batches.items():
-        synchronize(device)
-        t0 = time.perf_counter()
-        actual = run_step(step, call, batch, train)
-        synchronize(device)
-        entry = {"length": n, "first_call_s": time.perf_counter() - t0}
+        actual, seconds = _first_call(step, call, batch, train, device)
+        entry = {"length": n, "first_call_s": seconds}
         if reference is not None:
             with exact_float32():
                 expected = run_step(reference, reference, model_zoo.cast_batch(batch, ref_dtype), train)
@@ -163,6 +158,15 @@ def _work(params: dict, emit) -> None:
     emit("dynamo_after_second_pass", dynamo_counts())
 
 
+def _first_call(step, call, batch, train: bool, device) -> tuple:
+    """(the step's result, its wall seconds), the device synchronized before and after."""
+    synchronize(device)
+    t0 = time.perf_counter()
+    result = run_step(step, call, batch, train)
+    synchronize(device)
+    return result, time.perf_counter() - t0
+
+
 def _work_together(params: dict, emit) -> None:
     """Every backend compiled in this one process over the lengths (its first pass), then
     each length timed with eager and every backend interleaved. Results were checked by
@@ -181,11 +185,8 @@ def _work_together(params: dict, emit) -> None:
                                            dynamic=DYNAMIC[params["dynamic"]])
             first_pass[backend] = []
             for n, batch in batches.items():
-                synchronize(device)
-                t0 = time.perf_counter()
-                run_step(step, calls[backend], batch, train)
-                synchronize(device)
-                first_pass[backend].append({"length": n, "first_call_s": time.perf_counter() - t0})
+                _, seconds = _first_call(step, calls[backend], batch, train, device)
+                first_pass[backend].append({"length": n, "first_call_s": seconds})
             emit("first_pass", first_pass)
         per_length = []
         for n, batch in batches.items():

@@ -38,9 +38,10 @@ def summarize(report: dict) -> dict:
     summary: dict = {}
     for mode, per_backend in report["results"].items():
         summary[mode] = {}
-        together = per_backend.pop(TOGETHER, None)
         eager = per_backend.get("eager")
         for backend, res in per_backend.items():
+            if backend == TOGETHER:   # not a backend: every backend in one process (below)
+                continue
             first = res["values"].get("first_pass", [])
             steady = _steady(res)
             wrong = [e["length"] for e in first if e.get("check") and not e["check"]["ok"]]
@@ -70,9 +71,8 @@ def summarize(report: dict) -> dict:
                 summary[mode]["tritonfuse"][name] = (
                     _ratio_over_lengths(_steady(per_backend["inductor"], key),
                                         _steady(per_backend["tritonfuse"], key)) if ok else None)
-        if together is not None:
-            per_backend[TOGETHER] = together
-            summary[mode][TOGETHER] = _summarize_together(together, report["lengths"])
+        if TOGETHER in per_backend:
+            summary[mode][TOGETHER] = _summarize_together(per_backend[TOGETHER], report["lengths"])
     return summary
 
 

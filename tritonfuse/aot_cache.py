@@ -72,7 +72,11 @@ def key_for(gm: torch.fx.GraphModule, example_inputs, options) -> str | None:
         _check_cacheable(gm, example_inputs, options)
         devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
         payload = json.dumps([FORMAT_VERSION, code_cache.code_without_comments(gm),
-                              _input_fingerprint(example_inputs), _global_state(devices), dataclasses.asdict(options),
+                              _input_fingerprint(example_inputs), _global_state(devices),
+                              # what the graph keys an entry names were made under: loading an
+                              # entry written under other knobs (another CPU thread count) would
+                              # load that state's kernels (one thread's in a two-thread process)
+                              code_cache.codegen_knobs(example_inputs), dataclasses.asdict(options),
                               _settings(), code_cache._versions(), code_cache._code_fingerprints(devices)],
                              sort_keys=True, default=repr)
     except NotCacheable as why:
@@ -154,10 +158,6 @@ def _global_state(device_types) -> dict:
         "opt_einsum": (torch.backends.opt_einsum.enabled, torch.backends.opt_einsum.strategy),
         "autocast": {device: (torch.is_autocast_enabled(device), str(torch.get_autocast_dtype(device)))
                      for device in sorted(device_types | {"cpu"})},
-        # not aot_autograd's, but the graph key an entry names holds it: C++ kernels are
-        # generated for the thread count of the moment, and an entry written under another
-        # would load that count's kernels (one thread's in a two-thread process: 2x slower)
-        "cpu_threads": torch.get_num_threads(),
     }
     if "cuda" in device_types:
         matmul = torch.backends.cuda.matmul

@@ -70,10 +70,9 @@ def code_without_comments(gm: torch.fx.GraphModule) -> str:
     return "\n".join(line for line in gm.code.splitlines() if not line.lstrip().startswith("#"))
 
 
-def graph_key(gm: torch.fx.GraphModule, example_inputs, extra=()) -> str:
-    inputs = [(tuple(t.shape), tuple(t.stride()), str(t.dtype), str(t.device), t.storage_offset())
-              if isinstance(t, torch.Tensor) else repr(t) for t in example_inputs]
-    devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
+def codegen_knobs(example_inputs) -> dict:
+    """Process state outside the graph that changes the code generated for it: part of the
+    graph key, and of the aot cache's key (an entry names a graph key written under it)."""
     knobs = {"cpu_backend": config.cpu_backend, "autotune": config.autotune, "cat_slices": config.cat_slices}
     # C++ kernels are generated for the thread count of the moment (graphs with no CPU
     # input may still make CPU tensors); reductions are split for the device's size
@@ -82,6 +81,14 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs, extra=()) -> str:
     knobs["deterministic"] = torch.are_deterministic_algorithms_enabled()
     knobs["split_targets"] = sorted({(str(t.device), split_reduction_target(t.device))
                                      for t in example_inputs if isinstance(t, torch.Tensor)})
+    return knobs
+
+
+def graph_key(gm: torch.fx.GraphModule, example_inputs, extra=()) -> str:
+    inputs = [(tuple(t.shape), tuple(t.stride()), str(t.dtype), str(t.device), t.storage_offset())
+              if isinstance(t, torch.Tensor) else repr(t) for t in example_inputs]
+    devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
+    knobs = codegen_knobs(example_inputs)
     payload = json.dumps([code_without_comments(gm), inputs, knobs, _versions(), _code_fingerprints(devices),
                           list(extra)],
                          sort_keys=True, default=str)
